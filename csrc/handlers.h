@@ -1,0 +1,19 @@
+// Every XLA FFI handler jax_camp defines, host and CUDA; module.cc hands
+// them to Python.
+#pragma once
+
+#include "xla/ffi/api/api.h"
+
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampCopyCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampVectorAddCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampReduceSumCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampSoftmaxCpu);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampSoftmaxBackwardCpu);
+
+#ifdef JAX_CAMP_WITH_CUDA
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampCopyCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampVectorAddCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampReduceSumCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampSoftmaxCuda);
+XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampSoftmaxBackwardCuda);
+#endif

@@ -1,0 +1,66 @@
+// softmax and its backward on the GPU: launch policy and XLA FFI handlers.
+#include "../common/row_team.cuh"
+#include "../handlers.h"
+#include "softmax_kernel.cuh"
+
+namespace jax_camp::softmax {
+namespace {
+
+ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
+                              ffi::Result<ffi::AnyBuffer> y) {
+  JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("softmax", x, {&*y}));
+  JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("softmax", x, *y));
+  const auto [rows, cols] = AsRowsCols(x);
+  if (rows * cols == 0) return ffi::Error::Success();
+  return DispatchFloat<DeviceTypes>(x.element_type(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(x.untyped_data());
+    T* out = static_cast<T*>(y->untyped_data());
+    return LaunchRowKernel<T>("launching softmax", rows, cols,
+                              IsAligned(in, 16) && IsAligned(out, 16),
+                              [&](auto pack, auto team, int blocks, int threads) {
+                                using Team = typename decltype(team)::type;
+                                SoftmaxForwardKernel<T, decltype(pack)::value, Team>
+                                    <<<blocks, threads, 0, stream>>>(in, out, rows, cols);
+                              });
+  });
+}
+
+ffi::Error SoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer g,
+                               ffi::Result<ffi::AnyBuffer> dx) {
+  JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("softmax_backward", y, {&g, &*dx}));
+  JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("softmax_backward", y, g));
+  JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("softmax_backward", y, *dx));
+  const auto [rows, cols] = AsRowsCols(y);
+  if (rows * cols == 0) return ffi::Error::Success();
+  return DispatchFloat<DeviceTypes>(y.element_type(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* y_data = static_cast<const T*>(y.untyped_data());
+    const T* g_data = static_cast<const T*>(g.untyped_data());
+    T* dx_data = static_cast<T*>(dx->untyped_data());
+    const bool aligned = IsAligned(y_data, 16) && IsAligned(g_data, 16) && IsAligned(dx_data, 16);
+    return LaunchRowKernel<T>(
+        "launching softmax_backward", rows, cols, aligned,
+        [&](auto pack, auto team, int blocks, int threads) {
+          using Team = typename decltype(team)::type;
+          SoftmaxBackwardKernel<T, decltype(pack)::value, Team>
+              <<<blocks, threads, 0, stream>>>(y_data, g_data, dx_data, rows, cols);
+        });
+  });
+}
+
+}  // namespace
+}  // namespace jax_camp::softmax
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxCuda, jax_camp::softmax::SoftmaxForwardCuda,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxBackwardCuda, jax_camp::softmax::SoftmaxBackwardCuda,
+                              xla::ffi::Ffi::Bind()
+                                  .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Arg<xla::ffi::AnyBuffer>()
+                                  .Ret<xla::ffi::AnyBuffer>());

@@ -1,0 +1,17 @@
+"""jax_camp: hand-written CUDA and TileLang kernels for JAX.
+
+``copy``, ``vector_add``, ``reduce_sum`` and ``softmax`` follow the
+signatures and semantics of their ``jax.numpy`` / ``jax.nn`` counterparts and
+work under ``jax.jit``, ``jax.vmap`` and ``jax.grad``. Each takes a
+``backend`` keyword; see ``jax_camp.backends``.
+"""
+
+from jax_camp import registration as _registration  # registers the FFI targets
+from jax_camp.backends import BACKENDS
+from jax_camp.ops.copy import copy
+from jax_camp.ops.reduce_sum import reduce_sum
+from jax_camp.ops.softmax import softmax
+from jax_camp.ops.vector_add import vector_add
+
+__all__ = ["BACKENDS", "copy", "reduce_sum", "softmax", "vector_add"]
+__version__ = "0.1.0"

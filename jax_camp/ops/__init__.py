@@ -1,0 +1,1 @@
+"""One module per op: its signature, checks, custom_vjp and batching."""

@@ -1,0 +1,69 @@
+"""Trace-time argument checks shared by the ops, with JAX's error types:
+TypeError for a wrong dtype or argument type, ValueError for a wrong value."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence, Union
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+_SUPPORTED_NAMES = "float32, bfloat16 or float16"
+
+Axis = Union[int, Sequence[int], None]
+
+
+def float_array(op: str, name: str, x: jax.typing.ArrayLike) -> jax.Array:
+    """``x`` as a JAX array of a dtype jax_camp has kernels for."""
+    dtype = jnp.result_type(x)
+    if dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"jax_camp.{op}: {name} has dtype {dtype}; supported dtypes are {_SUPPORTED_NAMES}"
+        )
+    return jnp.asarray(x, dtype)
+
+
+def normalize_axes(op: str, axis: Axis, ndim: int, *, allow_none: bool) -> tuple[int, ...]:
+    """``axis`` as sorted non-negative ints; None means every axis."""
+    if axis is None:
+        if not allow_none:
+            raise TypeError(f"jax_camp.{op}: axis must be an int or a tuple of ints, got None")
+        return tuple(range(ndim))
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else axis
+    if isinstance(axes, (str, bytes)) or not all(
+        isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axes
+    ):
+        raise TypeError(f"jax_camp.{op}: axis must be an int or a tuple of ints, got {axis!r}")
+    normalized = []
+    for a in axes:
+        if not -ndim <= a < ndim:
+            raise ValueError(
+                f"jax_camp.{op}: axis {a} is out of bounds for an array of {ndim} dims"
+            )
+        normalized.append(int(a) % ndim)
+    if len(set(normalized)) != len(normalized):
+        raise ValueError(f"jax_camp.{op}: axis {axis!r} repeats an axis")
+    return tuple(sorted(normalized))
+
+
+def move_to_last(x: jax.Array, axes: tuple[int, ...]) -> jax.Array:
+    """``x`` with ``axes`` moved last and merged into one: the kernels reduce
+    over the last dim and treat the others as rows."""
+    kept = [d for d in range(x.ndim) if d not in axes]
+    if list(axes) != list(range(x.ndim - len(axes), x.ndim)):
+        x = jnp.transpose(x, (*kept, *axes))
+    kept_shape = x.shape[: len(kept)]
+    return x.reshape(*kept_shape, math.prod(x.shape[len(kept):]))
+
+
+def restore_from_last(y: jax.Array, shape: tuple[int, ...], axes: tuple[int, ...]) -> jax.Array:
+    """The inverse of ``move_to_last`` for an output of the input's shape."""
+    kept = [d for d in range(len(shape)) if d not in axes]
+    moved_shape = tuple(shape[d] for d in (*kept, *axes))
+    y = y.reshape(moved_shape)
+    if list(axes) != list(range(len(shape) - len(axes), len(shape))):
+        y = jnp.transpose(y, np.argsort((*kept, *axes)))
+    return y

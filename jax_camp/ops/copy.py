@@ -1,0 +1,48 @@
+"""jax_camp.copy: a new array equal to x, written by jax_camp's copy kernel."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from jax_camp import backends
+from jax_camp.ops import _checks
+
+
+def copy(x: jax.typing.ArrayLike, *, backend: str | None = None) -> jax.Array:
+    """A copy of ``x``: same shape, dtype and values, in a new buffer.
+
+    Args:
+      x: a float32, bfloat16 or float16 array.
+      backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
+        "xla"; see ``jax_camp.backends``.
+    """
+    backend = backends.resolve(backend)
+    return _copy(_checks.float_array("copy", "x", x), backend)
+
+
+@functools.partial(jax.jit, static_argnums=(1,))
+def _copy(x: jax.Array, backend: str) -> jax.Array:
+    if not backends.uses_kernels(backend):
+        return jnp.copy(x)
+    if x.size == 0:
+        return jnp.empty_like(x)
+    return _copy_kernel(x, backend)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _copy_kernel(x: jax.Array, backend: str) -> jax.Array:
+    return backends.kernel_call("copy", backend, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+
+
+def _forward(x: jax.Array, backend: str) -> tuple[jax.Array, None]:
+    return _copy_kernel(x, backend), None
+
+
+def _backward(backend: str, _: None, g: jax.Array) -> tuple[jax.Array]:
+    return (g,)
+
+
+_copy_kernel.defvjp(_forward, _backward)

@@ -1,0 +1,69 @@
+"""jax_camp.reduce_sum: sum along axes, accumulated in float32."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from jax_camp import backends
+from jax_camp.ops import _checks
+
+
+def reduce_sum(
+    x: jax.typing.ArrayLike,
+    axis: int | tuple[int, ...] | None = -1,
+    *,
+    keepdims: bool = False,
+    backend: str | None = None,
+) -> jax.Array:
+    """Sum of ``x`` over ``axis``, as ``jnp.sum``.
+
+    Args:
+      x: a float32, bfloat16 or float16 array.
+      axis: an int, a tuple of ints, or None for every axis.
+      keepdims: keep the reduced axes as dims of size one.
+      backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
+        "xla"; see ``jax_camp.backends``.
+
+    Returns:
+      An array of ``x``'s dtype. The sum is accumulated in float32 in a fixed
+      order, so it is bitwise the same from run to run.
+    """
+    backend = backends.resolve(backend)
+    x = _checks.float_array("reduce_sum", "x", x)
+    axes = _checks.normalize_axes("reduce_sum", axis, x.ndim, allow_none=True)
+    return _reduce_sum(x, axes, bool(keepdims), backend)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+def _reduce_sum(x: jax.Array, axes: tuple[int, ...], keepdims: bool, backend: str) -> jax.Array:
+    if not backends.uses_kernels(backend):
+        return jnp.sum(x, axis=axes, keepdims=keepdims)
+    out_shape = tuple(1 if d in axes else n for d, n in enumerate(x.shape) if keepdims or d not in axes)
+    kept_size = math.prod(n for d, n in enumerate(x.shape) if d not in axes)
+    if kept_size == 0:
+        return jnp.empty(out_shape, x.dtype)
+    if x.size == 0:
+        return jnp.zeros(out_shape, x.dtype)
+    rows = _checks.move_to_last(x, axes)
+    return _reduce_sum_last_axis(rows, backend).reshape(out_shape)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _reduce_sum_last_axis(x: jax.Array, backend: str) -> jax.Array:
+    result = jax.ShapeDtypeStruct(x.shape[:-1], x.dtype)
+    return backends.kernel_call("reduce_sum", backend, result, x)
+
+
+def _forward(x: jax.Array, backend: str) -> tuple[jax.Array, tuple[int, ...]]:
+    return _reduce_sum_last_axis(x, backend), x.shape
+
+
+def _backward(backend: str, shape: tuple[int, ...], g: jax.Array) -> tuple[jax.Array]:
+    return (jnp.broadcast_to(g[..., None], shape),)
+
+
+_reduce_sum_last_axis.defvjp(_forward, _backward)

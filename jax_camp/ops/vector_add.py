@@ -1,0 +1,68 @@
+"""jax_camp.vector_add: x + y, with jnp's broadcasting and type promotion."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from jax_camp import backends
+from jax_camp.ops import _checks
+
+
+def vector_add(
+    x: jax.typing.ArrayLike, y: jax.typing.ArrayLike, *, backend: str | None = None
+) -> jax.Array:
+    """Elementwise ``x + y``, as ``jnp.add``.
+
+    Args:
+      x, y: float32, bfloat16 or float16 arrays (or scalars) whose shapes
+        broadcast together; mixed dtypes promote as in ``jnp.add``.
+      backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
+        "xla"; see ``jax_camp.backends``.
+
+    Raises:
+      ValueError: if the shapes do not broadcast.
+    """
+    backend = backends.resolve(backend)
+    x = _checks.float_array("vector_add", "x", x)
+    y = _checks.float_array("vector_add", "y", y)
+    try:
+        shape = jnp.broadcast_shapes(x.shape, y.shape)
+    except ValueError:
+        raise ValueError(
+            f"jax_camp.vector_add: shapes {x.shape} and {y.shape} do not broadcast together"
+        ) from None
+    return _vector_add(x, y, shape, backend)
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _vector_add(x: jax.Array, y: jax.Array, shape: tuple[int, ...], backend: str) -> jax.Array:
+    if not backends.uses_kernels(backend):
+        return x + y
+    dtype = jnp.result_type(x, y)
+    if any(d == 0 for d in shape):
+        return jnp.empty(shape, dtype)
+    # Broadcasting happens here, in JAX, so that the kernel sees equal shapes
+    # and grad sums the cotangent over broadcast dims by itself.
+    x = jnp.broadcast_to(x.astype(dtype), shape)
+    y = jnp.broadcast_to(y.astype(dtype), shape)
+    return _vector_add_kernel(x, y, backend)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
+def _vector_add_kernel(x: jax.Array, y: jax.Array, backend: str) -> jax.Array:
+    result = jax.ShapeDtypeStruct(x.shape, x.dtype)
+    return backends.kernel_call("vector_add", backend, result, x, y)
+
+
+def _forward(x: jax.Array, y: jax.Array, backend: str) -> tuple[jax.Array, None]:
+    return _vector_add_kernel(x, y, backend), None
+
+
+def _backward(backend: str, _: None, g: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return g, g
+
+
+_vector_add_kernel.defvjp(_forward, _backward)
