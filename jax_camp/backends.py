@@ -21,12 +21,14 @@ import jax
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from jax_camp import registration
+from jax_camp import registration, sharding
 
 BACKENDS: tuple[str, ...] = ("cuda", "cpu", "tilelang", "xla")
 ENV_VAR = "JAX_CAMP_BACKEND"
 # The platform's own kernels: the backend that None selects.
 PLATFORM = "platform"
+# Lowering platforms each explicit kernel backend can run on.
+_PLATFORMS_OF = {"cuda": ("cuda",), "tilelang": ("cuda",), "cpu": ("cpu",)}
 
 
 def resolve(backend: str | None) -> str:
@@ -44,11 +46,17 @@ def resolve(backend: str | None) -> str:
         raise ValueError(
             f"backend={backend!r} is not a jax_camp backend; choose None or one of {BACKENDS}"
         )
+    if _PLATFORMS_OF.get(backend) == ("cuda",) and not _has_gpu():
+        raise ValueError(f"backend={backend!r} needs a GPU, and JAX sees none")
     return backend
 
 
-# Lowering platforms each explicit kernel backend can run on.
-_PLATFORMS_OF = {"cuda": ("cuda",), "tilelang": ("cuda",), "cpu": ("cpu",)}
+def _has_gpu() -> bool:
+    try:
+        return bool(jax.devices("gpu"))
+    except RuntimeError:
+        return False
+
 
 # An identity that emits no HLO. It exists for its lowering rule, the only
 # place that knows which platform the computation is compiled for: there an
@@ -82,19 +90,25 @@ def kernel_call(
 ) -> jax.Array:
     """Runs jax_camp kernel ``op`` on ``backend`` through an XLA FFI call.
 
-    The kernels treat leading dims as independent rows, so batching (vmap)
-    just prepends dims: ``vmap_method="broadcast_all"``.
+    Under ``jax.jit`` over a mesh the call is partitioned along the operands'
+    sharding, and under ``jax.vmap`` batched as extra rows; see
+    ``jax_camp.sharding``.
     """
     if backend in _PLATFORMS_OF:
         first, *rest = operands
         operands = (_require_platform_p.bind(first, backend=backend), *rest)
+    return sharding.partitioned_call(_local_kernel_call, op, backend, result, *operands)
+
+
+def _local_kernel_call(
+    op: str, backend: str, result: jax.ShapeDtypeStruct, *operands: jax.Array
+) -> jax.Array:
+    """The kernel call itself, on whole arrays or on one device's blocks."""
     if backend == "tilelang":
         from jax_camp.tilelang_kernels import bridge
 
         return bridge.kernel_call(op, result, *operands)
-    return jax.ffi.ffi_call(
-        registration.target_name(op), result, vmap_method="broadcast_all"
-    )(*operands)
+    return jax.ffi.ffi_call(registration.target_name(op), result)(*operands)
 
 
 def uses_kernels(backend: str) -> bool:

@@ -23,7 +23,7 @@ def float_array(op: str, name: str, x: jax.typing.ArrayLike) -> jax.Array:
         raise TypeError(
             f"jax_camp.{op}: {name} has dtype {dtype}; supported dtypes are {_SUPPORTED_NAMES}"
         )
-    return jnp.asarray(x, dtype)
+    return jnp.asarray(x)
 
 
 def normalize_axes(op: str, axis: Axis, ndim: int, *, allow_none: bool) -> tuple[int, ...]:
@@ -33,7 +33,7 @@ def normalize_axes(op: str, axis: Axis, ndim: int, *, allow_none: bool) -> tuple
             raise TypeError(f"jax_camp.{op}: axis must be an int or a tuple of ints, got None")
         return tuple(range(ndim))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else axis
-    if isinstance(axes, (str, bytes)) or not all(
+    if not isinstance(axes, (tuple, list)) or not all(
         isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axes
     ):
         raise TypeError(f"jax_camp.{op}: axis must be an int or a tuple of ints, got {axis!r}")

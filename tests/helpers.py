@@ -1,0 +1,50 @@
+"""Inputs and comparisons shared by the op tests."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+# Tolerances of the kernel documentation template.
+TOLERANCE = {jnp.dtype(jnp.float32): 1e-5, jnp.dtype(jnp.bfloat16): 1e-2, jnp.dtype(jnp.float16): 1e-2}
+_seed = itertools.count(20261129)
+
+
+def random_normal(shape: tuple[int, ...], dtype, scale: float = 1.0) -> jax.Array:
+    """Fresh random data for every call: a kernel must be right on any input."""
+    key = jax.random.key(next(_seed))
+    return (jax.random.normal(key, shape, jnp.float32) * scale).astype(dtype)
+
+
+def f64(x) -> np.ndarray:
+    return np.asarray(jnp.asarray(x).astype(jnp.float32), dtype=np.float64)
+
+
+def softmax_reference(x, axis=-1) -> np.ndarray:
+    """float64 softmax of x's (rounded) values."""
+    v = f64(x)
+    shifted = v - np.max(v, axis=axis, keepdims=True)
+    e = np.exp(shifted)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def assert_close(actual, expected, dtype, *, scale: float = 1.0) -> None:
+    """|actual - expected| <= tol * (scale + |expected|), NaN where expected is NaN."""
+    tol = TOLERANCE[jnp.dtype(dtype)]
+    actual, expected = f64(actual), np.asarray(expected, dtype=np.float64)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    np.testing.assert_allclose(actual, expected, rtol=tol, atol=tol * scale, equal_nan=True)
+
+
+def sum_scale(n: int) -> float:
+    """The size of a sum of n standard normals: the absolute scale of its rounding."""
+    return math.sqrt(max(n, 1))
+
+
+def hlo_text(f, *args) -> str:
+    return jax.jit(f).lower(*args).as_text()

@@ -1,0 +1,62 @@
+"""Backend selection: names, the environment default, platform errors."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jax_camp
+from conftest import has_gpu
+
+OPS = {
+    "copy": lambda x, backend: jax_camp.copy(x, backend=backend),
+    "vector_add": lambda x, backend: jax_camp.vector_add(x, x, backend=backend),
+    "reduce_sum": lambda x, backend: jax_camp.reduce_sum(x, backend=backend),
+    "softmax": lambda x, backend: jax_camp.softmax(x, backend=backend),
+}
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_unknown_backend_lists_choices(op):
+    with pytest.raises(ValueError, match=r"backend='triton' is not a jax_camp backend; choose None or one of \('cuda', 'cpu', 'tilelang', 'xla'\)"):
+        OPS[op](jnp.ones((2, 3)), "triton")
+
+
+def test_environment_sets_the_default(monkeypatch):
+    x = jnp.ones((2, 8))
+    monkeypatch.setenv("JAX_CAMP_BACKEND", "xla")
+    assert "jax_camp_softmax" not in jax.jit(jax_camp.softmax).lower(x).as_text()
+    monkeypatch.setenv("JAX_CAMP_BACKEND", "nope")
+    with pytest.raises(ValueError, match="JAX_CAMP_BACKEND='nope'"):
+        jax_camp.softmax(x)
+
+
+@pytest.mark.parametrize("backend", ["cuda", "tilelang"])
+@pytest.mark.parametrize("op", OPS)
+def test_gpu_backends_lowered_for_cpu_say_a_gpu_is_needed(op, backend):
+    cpu = jax.devices("cpu")[0]
+    x = jax.device_put(jnp.ones((2, 8)), cpu)
+    with jax.default_device(cpu), pytest.raises(ValueError, match=f"backend='{backend}' needs a GPU"):
+        jax.jit(functools.partial(OPS[op], backend=backend))(x)
+
+
+@pytest.mark.skipif(not has_gpu(), reason="needs a GPU")
+def test_cpu_backend_lowered_for_gpu_says_so():
+    with pytest.raises(ValueError, match="backend='cpu' needs the CPU"):
+        jax.jit(functools.partial(jax_camp.softmax, backend="cpu"))(jnp.ones((2, 8)))
+
+
+def test_default_backend_lowers_for_either_platform():
+    """One jitted function, the platform's own kernel wherever it is compiled."""
+    f = jax.jit(jax_camp.softmax)
+    cpu = jax.devices("cpu")[0]
+    x = jax.device_put(jnp.arange(8.0).reshape(2, 4), cpu)
+    with jax.default_device(cpu):
+        assert "jax_camp_softmax" in f.lower(x).as_text()
+        y_cpu = f(x)
+    if has_gpu():
+        y_gpu = f(jax.device_put(x, jax.devices("gpu")[0]))
+        assert jnp.allclose(jax.device_get(y_gpu), jax.device_get(y_cpu), atol=1e-6)

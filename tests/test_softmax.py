@@ -1,0 +1,171 @@
+"""jax_camp.softmax against jax.nn.softmax semantics and a float64 reference."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import jax_camp
+from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_reference
+
+# The camp's shapes, unaligned and odd sizes, one column, rows longer than a
+# warp team takes (1024) and than a block holds at once, more rows than a
+# grid-stride loop's first sweep covers.
+SHAPES = [
+    (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,),
+    (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
+    (3, 5, 64), (70000, 3),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_matches_reference(shape, dtype, backend):
+    x = random_normal(shape, dtype, scale=3.0)
+    y = jax_camp.softmax(x, backend=backend)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert_close(y, softmax_reference(x), dtype)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_long_rows(dtype, backend):
+    x = random_normal((2, 1_000_003), dtype)
+    assert_close(jax_camp.softmax(x, backend=backend), softmax_reference(x), dtype)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -2, (0, 2), (1, 2), (0, 1, 2)])
+def test_axis(axis, backend):
+    x = random_normal((6, 7, 9), jnp.float32)
+    y = jax_camp.softmax(x, axis=axis, backend=backend)
+    assert_close(y, softmax_reference(x, axis=axis), jnp.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_special_values_match_jax(dtype, backend):
+    """-inf entries, a row of -inf, a NaN, +inf and huge logits, as jax.nn.softmax."""
+    x = jnp.array(
+        [
+            [0.0, -jnp.inf, 1.0, 2.0],
+            [-jnp.inf, -jnp.inf, -jnp.inf, -jnp.inf],
+            [1.0, jnp.nan, 2.0, 3.0],
+            [jnp.inf, 1.0, 2.0, 3.0],
+            [1e3, 2e3, 3e3, 3e3 - 1.0],
+            [-1e4, 0.0, 1e4, 5e3],
+        ],
+        dtype,
+    )
+    expected = jax.nn.softmax(x.astype(jnp.float32))
+    actual = jax_camp.softmax(x, backend=backend)
+    np.testing.assert_array_equal(np.isnan(f64(actual)), np.isnan(f64(expected)))
+    assert_close(actual, f64(expected), dtype)
+
+
+def test_huge_logits_are_finite(backend):
+    x = random_normal((8, 300), jnp.float32, scale=1e4)
+    y = jax_camp.softmax(x, backend=backend)
+    assert np.isfinite(f64(y)).all()
+    assert_close(y, softmax_reference(x), jnp.float32)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0,), (2, 0, 3)])
+def test_zero_size(shape, backend):
+    x = jnp.zeros(shape, jnp.float32)
+    y = jax_camp.softmax(x, backend=backend)
+    assert y.shape == shape and y.dtype == x.dtype
+
+
+def test_jit(backend):
+    x = random_normal((17, 300), jnp.bfloat16)
+    y = jax.jit(functools.partial(jax_camp.softmax, backend=backend))(x)
+    assert_close(y, softmax_reference(x), jnp.bfloat16)
+
+
+@pytest.mark.parametrize("in_axes", [0, 1, 2])
+def test_vmap(in_axes, backend):
+    x = random_normal((4, 6, 50), jnp.float32)
+    f = jax.vmap(functools.partial(jax_camp.softmax, axis=-1, backend=backend), in_axes=in_axes)
+    expected = softmax_reference(np.moveaxis(f64(x), in_axes, 0), axis=-1)
+    assert_close(f(x), expected, jnp.float32)
+
+
+def test_nested_vmap(backend):
+    x = random_normal((3, 4, 5, 40), jnp.float32)
+    f = functools.partial(jax_camp.softmax, axis=0, backend=backend)
+    y = jax.vmap(jax.vmap(f, in_axes=2), in_axes=1)(x)
+    expected = np.transpose(softmax_reference(x, axis=0), (1, 3, 0, 2))
+    assert_close(y, expected, jnp.float32)
+
+
+def test_grad_matches_jax(backend):
+    x = random_normal((9, 130), jnp.float32)
+    w = random_normal((9, 130), jnp.float32)
+    ours = jax.grad(lambda v: jnp.sum(jax_camp.softmax(v, backend=backend) * w))(x)
+    theirs = jax.grad(lambda v: jnp.sum(jax.nn.softmax(v) * w))(x)
+    assert_close(ours, f64(theirs), jnp.float32)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_grad_low_precision(dtype, backend):
+    x = random_normal((4, 700), dtype)
+    w = random_normal((4, 700), dtype)
+    ours = jax.grad(lambda v: jnp.sum(jax_camp.softmax(v, backend=backend) * w))(x)
+    theirs = jax.grad(lambda v: jnp.sum(jax.nn.softmax(v) * w.astype(jnp.float32)))(
+        x.astype(jnp.float32)
+    )
+    assert ours.dtype == dtype
+    assert_close(ours, f64(theirs), dtype)
+
+
+def test_check_grads(backend):
+    x = random_normal((3, 20), jnp.float32)
+    check_grads(
+        functools.partial(jax_camp.softmax, axis=0, backend=backend), (x,),
+        order=1, modes=["rev"], atol=1e-2, rtol=1e-2,
+    )
+
+
+def test_grad_under_vmap_and_jit(backend):
+    x = random_normal((5, 3, 64), jnp.float32)
+    w = random_normal((3, 64), jnp.float32)
+
+    def loss(v, f):
+        return jnp.sum(f(v) * w)
+
+    ours = jax.jit(jax.vmap(jax.grad(lambda v: loss(v, functools.partial(jax_camp.softmax, backend=backend)))))(x)
+    theirs = jax.vmap(jax.grad(lambda v: loss(v, jax.nn.softmax)))(x)
+    assert_close(ours, f64(theirs), jnp.float32)
+
+
+def test_lowered_hlo_holds_the_kernels(backend):
+    if backend == "xla":
+        pytest.skip("the xla backend is plain JAX by design")
+    x = random_normal((4, 64), jnp.float32)
+    forward = hlo_text(functools.partial(jax_camp.softmax, backend=backend), x)
+    backward = hlo_text(jax.grad(lambda v: jnp.sum(jax_camp.softmax(v, backend=backend) ** 2)), x)
+    assert "jax_camp_softmax" in forward or "tilelang" in forward
+    assert "softmax_backward" in backward
+    # The backward reuses the saved output: exactly one forward kernel.
+    assert backward.count("custom_call @") == 2
+
+
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.float64 if jax.config.jax_enable_x64 else jnp.uint8, jnp.bool_])
+def test_rejects_unsupported_dtype(dtype, backend):
+    with pytest.raises(TypeError, match="jax_camp.softmax: x has dtype .*supported dtypes are float32, bfloat16 or float16"):
+        jax_camp.softmax(jnp.ones((2, 3), dtype), backend=backend)
+
+
+@pytest.mark.parametrize("axis", [2, -3, (0, 0)])
+def test_rejects_bad_axis(axis, backend):
+    with pytest.raises(ValueError, match="jax_camp.softmax: axis"):
+        jax_camp.softmax(jnp.ones((2, 3)), axis=axis, backend=backend)
+
+
+@pytest.mark.parametrize("axis", [None, 1.0, "x"])
+def test_rejects_axis_of_wrong_type(axis, backend):
+    with pytest.raises(TypeError, match="axis must be an int or a tuple of ints"):
+        jax_camp.softmax(jnp.ones((2, 3)), axis=axis, backend=backend)
