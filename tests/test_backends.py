@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib.util
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +38,8 @@ def test_environment_sets_the_default(monkeypatch):
 @pytest.mark.parametrize("backend", ["cuda", "tilelang"])
 @pytest.mark.parametrize("op", OPS)
 def test_gpu_backends_lowered_for_cpu_say_a_gpu_is_needed(op, backend):
+    if backend == "tilelang" and has_gpu() and importlib.util.find_spec("tilelang") is None:
+        pytest.skip("without TileLang, backend='tilelang' fails first with an ImportError")
     cpu = jax.devices("cpu")[0]
     x = jax.device_put(jnp.ones((2, 8)), cpu)
     with jax.default_device(cpu), pytest.raises(ValueError, match=f"backend='{backend}' needs a GPU"):

@@ -24,6 +24,14 @@ __device__ __forceinline__ float RescaleFactor(float old_max, float new_max) {
   return old_max == new_max ? 1.f : expf(old_max - new_max);
 }
 
+// exp(v - running_max) for the running sum. While the running max is still
+// -inf every value seen is -inf and adds nothing; exp(-inf - -inf) would be a
+// NaN that no later element could undo. (A row that is -inf throughout still
+// comes out NaN, as in jax.nn.softmax, from the final exp(x - max).)
+__device__ __forceinline__ float ShiftedExp(float v, float running_max) {
+  return running_max == -INFINITY ? 0.f : expf(v - running_max);
+}
+
 template <typename T, int kPack, typename Team>
 __global__ void SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows,
                                      int64_t cols) {
@@ -40,7 +48,7 @@ __global__ void SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y,
       const float new_max = MaxPropagateNan(thread_max, pack_max);
       thread_sum *= RescaleFactor(thread_max, new_max);
 #pragma unroll
-      for (int k = 0; k < kPack; ++k) thread_sum += expf(v[k] - new_max);
+      for (int k = 0; k < kPack; ++k) thread_sum += ShiftedExp(v[k], new_max);
       thread_max = new_max;
     });
     const float row_max = team.Reduce(thread_max, MaxOp{}, scratch);
