@@ -1,0 +1,85 @@
+"""The benchmark harness (benchmarks/run_ops.py) on tiny CPU sizes: it writes
+its report, and its test mode catches a wrong result."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+HARNESS = Path(__file__).resolve().parents[1] / "benchmarks" / "run_ops.py"
+
+pytestmark = pytest.mark.skipif(
+    jax.default_backend() != "cpu", reason="the harness's CI run is the CPU one"
+)
+
+
+@pytest.fixture(scope="module")
+def harness():
+    spec = importlib.util.spec_from_file_location("run_ops_under_test", HARNESS)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    if module.jax_camp is None:
+        pytest.skip(f"jax_camp does not import: {module.JAX_CAMP_IMPORT_ERROR}")
+    return module
+
+
+TINY = ["--shapes", "8x33,100", "--dtype", "float32", "--repeats", "1", "--ceiling-mb", "4",
+        "--no-progress", "--seed", "3"]
+
+
+def test_report_has_expected_fields(harness, tmp_path: Path) -> None:
+    report_path, plot_path = tmp_path / "r.json", tmp_path / "r.png"
+    rc = harness.main(["--op", "softmax", "--backend", "all", "--mode", "all", *TINY,
+                       "--json", str(report_path), "--plot", str(plot_path)])
+    assert rc == 0
+    report = json.loads(report_path.read_text())
+    for field in ("date", "device", "jax_version", "command", "ceiling", "rows", "summary", "seed"):
+        assert field in report, field
+    assert report["ceiling"]["tbps"] > 0
+    rows = {(r["op"], r["backend"]): r for r in report["rows"]}
+    assert set(rows) == {("softmax", "cpu"), ("softmax", "xla")}  # the flat shape is not a row op's
+    camp = rows[("softmax", "cpu")]
+    assert camp["shape"] == "8x33" and camp["bytes_moved"] == 2 * 8 * 33 * 4
+    assert camp["test"]["passed"] and camp["test"]["rel_error"] < 1e-5
+    for field in ("median_us", "spread_pct", "tbps", "pct_of_ceiling", "speedup_vs_xla", "loop_ok"):
+        assert field in camp["bench"], field
+    assert camp["bench"]["median_us"] > 0 and camp["bench"]["speedup_vs_xla"] > 0
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert not plot_path.exists()
+    else:
+        assert plot_path.stat().st_size > 0
+
+
+def test_test_mode_catches_a_wrong_result(harness, tmp_path: Path, monkeypatch) -> None:
+    real_softmax = harness.jax_camp.softmax
+
+    def off_by_one_percent(x, axis=-1, *, backend=None):
+        return (real_softmax(x, axis=axis, backend=backend) * 1.01).astype(jnp.result_type(x))
+
+    monkeypatch.setattr(harness.jax_camp, "softmax", off_by_one_percent)
+    report_path = tmp_path / "r.json"
+    # A shape no other test compiled: the harness's jit cache must not hold the real op.
+    rc = harness.main(["--op", "softmax", "--backend", "cpu", "--mode", "test", *TINY,
+                       "--shapes", "5x41", "--json", str(report_path)])
+    assert rc != 0
+    (row,) = json.loads(report_path.read_text())["rows"]
+    assert row["test"]["passed"] is False and row["test"]["rel_error"] > 1e-3
+
+
+def test_copy_and_add_take_flat_shapes(harness, tmp_path: Path) -> None:
+    report_path = tmp_path / "r.json"
+    rc = harness.main(["--op", "vector_add", "--backend", "cpu", "--mode", "test", *TINY,
+                       "--json", str(report_path)])
+    assert rc == 0
+    rows = json.loads(report_path.read_text())["rows"]
+    assert [r["shape"] for r in rows] == ["8x33", "100"]
+    assert all(r["test"]["passed"] for r in rows)
