@@ -1,0 +1,253 @@
+"""jax_camp ops on sharded arrays: jit over 1-D and 2-D meshes, and shard_map.
+
+A mesh needs several devices, and XLA fixes the number of host devices when
+jax is first imported, which the other test modules have done by now. So the
+one test that pytest collects here, ``test_on_8_host_devices``, runs this file
+again in a fresh pytest process with ``--xla_force_host_platform_device_count=8``
+that collects the ``mesh_test_*`` functions instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+import jax_camp
+from helpers import assert_close, random_normal, sum_scale
+
+
+def test_on_8_host_devices(backend, request):
+    if backend in ("cuda", "tilelang"):
+        pytest.skip("the mesh tests run on 8 host (CPU) devices; examples/sharded_softmax.py covers GPUs")
+    env = {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": (
+            os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+        ).strip(),
+    }
+    command = [
+        sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+        "-o", "python_functions=mesh_test_*",
+        f"--backend={request.config.getoption('--backend')}", str(Path(__file__).resolve()),
+    ]
+    root = Path(__file__).resolve().parent.parent
+    run = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+
+
+# The tests below run in that process.
+
+MESHES = {"1d": ((8,), ("d",)), "2d": ((4, 2), ("a", "b"))}
+SHAPE = (8, 8, 16)
+
+# (op, reduced dim or None, function of (x, y, backend)).
+OPS = {
+    "copy": (None, lambda x, y, b: jax_camp.copy(x, backend=b)),
+    "vector_add": (None, lambda x, y, b: jax_camp.vector_add(x, y, backend=b)),
+    "reduce_sum": (2, lambda x, y, b: jax_camp.reduce_sum(x, backend=b)),
+    "reduce_sum_axis0": (0, lambda x, y, b: jax_camp.reduce_sum(x, axis=0, backend=b)),
+    "softmax": (2, lambda x, y, b: jax_camp.softmax(x, backend=b)),
+    "softmax_axis1": (1, lambda x, y, b: jax_camp.softmax(x, axis=1, backend=b)),
+}
+
+# Shardings of SHAPE per mesh. Each op reduces a different dim (if any), so
+# a spec shards only rows for some ops and the reduced dim for others.
+SPECS = {
+    "1d": [P("d"), P(None, None, "d"), P(None, "d")],
+    "2d": [P("a", None, "b"), P(("a", "b")), P("b", "a"), P(None, None, ("a", "b"))],
+}
+
+
+def _mesh(name: str, axis_type: AxisType = AxisType.Auto) -> jax.sharding.Mesh:
+    shape, names = MESHES[name]
+    return jax.make_mesh(shape, names, axis_types=(axis_type,) * len(names))
+
+
+def _cases():
+    for mesh_name in MESHES:
+        for spec in SPECS[mesh_name]:
+            yield pytest.param(mesh_name, spec, id=f"{mesh_name}-{spec}")
+
+
+def _padded(spec: P, ndim: int) -> tuple:
+    return tuple(spec) + (None,) * (ndim - len(spec))
+
+
+def _shards_reduced_dim(spec: P, reduced: int | None) -> bool:
+    return reduced is not None and _padded(spec, len(SHAPE))[reduced] is not None
+
+
+def _expected_spec(spec: P, reduced: int | None, keeps_reduced_dim: bool) -> P:
+    entries = _padded(spec, len(SHAPE))
+    if reduced is not None and not keeps_reduced_dim:
+        entries = entries[:reduced] + entries[reduced + 1:]
+    return P(*entries)
+
+
+def _inputs(mesh, spec):
+    x = random_normal(SHAPE, jnp.float32, scale=3.0)
+    y = random_normal(SHAPE, jnp.float32)
+    sharding = NamedSharding(mesh, spec)
+    return x, y, jax.device_put(x, sharding), jax.device_put(y, sharding)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("mesh_name,spec", _cases())
+def mesh_test_forward_partitions(mesh_name, spec, op, backend):
+    mesh = _mesh(mesh_name)
+    reduced, f = OPS[op]
+    x, y, xs, ys = _inputs(mesh, spec)
+    jitted = jax.jit(lambda a, b: f(a, b, backend))
+    compiled = jitted.lower(xs, ys).compile()
+    out = compiled(xs, ys)
+
+    assert_close(out, f(x, y, backend), jnp.float32)
+    expected = _expected_spec(spec, reduced, keeps_reduced_dim=op.startswith("softmax"))
+    assert out.sharding.is_equivalent_to(NamedSharding(mesh, expected), out.ndim), out.sharding
+    hlo = compiled.as_text()
+    assert "all-gather" not in hlo
+    if backend != "xla":
+        assert "jax_camp_" in hlo
+        # Not even a sharded reduced dim is gathered: the devices' partial
+        # results are combined by all-reduces of one value per row.
+        assert ("all-reduce" in hlo) == _shards_reduced_dim(spec, reduced)
+
+
+GRADS = {
+    "copy": lambda x, y, b: (jax_camp.copy(x, backend=b) * y).sum(),
+    "vector_add": lambda x, y, b: (jax_camp.vector_add(x, y, backend=b) ** 2).sum(),
+    "reduce_sum": lambda x, y, b: (jax_camp.reduce_sum(x, backend=b) ** 2).sum(),
+    "softmax": lambda x, y, b: (jax_camp.softmax(x, backend=b) * y).sum(),
+    "softmax_axis0": lambda x, y, b: (jax_camp.softmax(x, axis=0, backend=b) * y).sum(),
+}
+
+
+@pytest.mark.parametrize("op", GRADS)
+@pytest.mark.parametrize("mesh_name,spec", _cases())
+def mesh_test_gradients_partition(mesh_name, spec, op, backend):
+    mesh = _mesh(mesh_name)
+    x, y, xs, ys = _inputs(mesh, spec)
+    grad = jax.jit(jax.grad(GRADS[op], argnums=(0, 1)), static_argnums=2)
+    compiled = grad.lower(xs, ys, backend).compile()
+    dx, dy = compiled(xs, ys)
+    want_dx, want_dy = grad(x, y, backend)
+
+    assert_close(dx, want_dx, jnp.float32)
+    assert_close(dy, want_dy, jnp.float32)
+    reduced = {"reduce_sum": 2, "softmax": 2, "softmax_axis0": 0}.get(op)
+    if not _shards_reduced_dim(spec, reduced):
+        assert dx.sharding.is_equivalent_to(xs.sharding, dx.ndim), dx.sharding
+        assert "all-gather" not in compiled.as_text()
+
+
+def _shard_map(f, *, checked: bool = True, **kwargs):
+    """jax.shard_map, or jax.experimental's in older jax."""
+    if hasattr(jax, "shard_map"):
+        return jax.shard_map(f, check_vma=checked, **kwargs)
+    from jax.experimental.shard_map import shard_map
+
+    return shard_map(f, check_rep=checked, **kwargs)
+
+
+@pytest.mark.parametrize("mesh_name", ["1d", "2d"])
+def mesh_test_inside_shard_map(mesh_name, backend):
+    mesh = _mesh(mesh_name)
+    rows = P(mesh.axis_names)  # every device holds whole rows
+    x, y, xs, ys = _inputs(mesh, rows)
+
+    def block(a, b):
+        return (
+            jax_camp.copy(a, backend=backend),
+            jax_camp.vector_add(a, b, backend=backend),
+            jax_camp.reduce_sum(a, backend=backend),
+            jax_camp.softmax(a, backend=backend),
+        )
+
+    specs = {"mesh": mesh, "in_specs": (rows, rows), "out_specs": (rows,) * 4}
+    mapped = jax.jit(_shard_map(block, **specs))
+    for got, want in zip(mapped(xs, ys), block(x, y)):
+        assert_close(got, want, jnp.float32)
+    if backend != "xla":
+        assert "jax_camp_softmax" in mapped.lower(xs, ys).compile().as_text()
+
+    # The kernels' results are typed as invariant across the manual axes, which
+    # the softmax backward's type check rejects; see docs/sharding.md.
+    def loss(a, b):
+        return (_shard_map(block, checked=False, **specs)(a, b)[3] * b).sum()
+
+    def unmapped_loss(a, b):
+        return (block(a, b)[3] * b).sum()
+
+    assert_close(jax.jit(jax.grad(loss))(xs, ys), jax.grad(unmapped_loss)(x, y), jnp.float32)
+
+
+def mesh_test_vmap_over_sharded_rows(backend):
+    mesh = _mesh("2d")
+    x, _, xs, _ = _inputs(mesh, P("a", None, "b"))
+    f = jax.jit(jax.vmap(lambda v: jax_camp.softmax(v, backend=backend), in_axes=1, out_axes=1))
+    out = f(xs)
+    assert_close(out, jax_camp.softmax(x, backend=backend), jnp.float32)
+    assert out.sharding.is_equivalent_to(xs.sharding, out.ndim)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def mesh_test_sharded_reduced_dim_in_low_precision(dtype, backend):
+    mesh = _mesh("1d")
+    x = random_normal((4, 256), dtype, scale=3.0)
+    xs = jax.device_put(x, NamedSharding(mesh, P(None, "d")))
+    softmax = jax.jit(lambda v: jax_camp.softmax(v, backend=backend))
+    assert_close(softmax(xs), jax_camp.softmax(x, backend=backend), dtype)
+    # Each device's partial sum is rounded to dtype once before they are added.
+    reduce_sum = jax.jit(lambda v: jax_camp.reduce_sum(v, backend=backend))
+    assert_close(reduce_sum(xs), jax_camp.reduce_sum(x, backend=backend), dtype, scale=3 * sum_scale(256))
+
+
+def mesh_test_sharded_softmax_with_masked_blocks(backend):
+    """Rows whose blocks on some devices are all -inf (a causal mask), and a
+    row of -inf everywhere: as unsharded, 0 and NaN respectively."""
+    mesh = _mesh("1d")
+    x = np.array(random_normal((4, 32), jnp.float32))
+    x[0, 4:] = -np.inf
+    x[1, :] = -np.inf
+    x[2, :20] = -np.inf
+    xs = jax.device_put(jnp.asarray(x), NamedSharding(mesh, P(None, "d")))
+    got = np.asarray(jax.jit(lambda v: jax_camp.softmax(v, backend=backend))(xs))
+    want = np.asarray(jax.nn.softmax(jnp.asarray(x)))
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(np.nan_to_num(got), np.nan_to_num(want), atol=1e-6)
+
+
+def mesh_test_uneven_split_of_reduced_dim(backend):
+    """A reduced dim that does not divide among the devices (XLA would pad it)."""
+    mesh = _mesh("1d")
+    x = random_normal((4, 32), jnp.float32)
+    xs = jax.device_put(x, NamedSharding(mesh, P(None, "d")))
+    for f, ref in ((jax_camp.softmax, jax.nn.softmax), (jax_camp.reduce_sum, lambda v: v.sum(-1))):
+        got = jax.jit(lambda v: f(v[:, :29], backend=backend))(xs)
+        assert_close(got, ref(x[:, :29]), jnp.float32)
+
+
+def mesh_test_explicit_mesh_axes(backend):
+    """jax.make_mesh's default axis type, where shardings are part of the types."""
+    mesh = _mesh("2d", AxisType.Explicit)
+    spec = P("a", None, "b")
+    x, y, xs, ys = _inputs(mesh, spec)
+    for op, (reduced, f) in OPS.items():
+        out = jax.jit(lambda a, b: f(a, b, backend))(xs, ys)
+        assert_close(out, f(x, y, backend), jnp.float32)
+        expected = _expected_spec(spec, reduced, keeps_reduced_dim=op.startswith("softmax"))
+        assert out.sharding.is_equivalent_to(NamedSharding(mesh, expected), out.ndim), (op, out.sharding)
+    for op, loss in GRADS.items():
+        grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
+        for got, want in zip(grad(xs, ys, backend), grad(x, y, backend)):
+            assert_close(got, want, jnp.float32)
