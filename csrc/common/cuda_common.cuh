@@ -96,18 +96,44 @@ inline ffi::Error CheckCuda(cudaError_t status, const char* what) {
                               cudaGetErrorString(status) + ")");
 }
 
-// Blocks for a grid-stride loop over `work` items: enough to fill every SM
-// several times over, never more than the work needs.
-inline ffi::ErrorOr<int> GridSize(int64_t work, int threads_per_block, int blocks_per_sm = 8) {
+// The device's SM count, for sizing grids to the machine.
+inline ffi::ErrorOr<int> SmCount() {
   int device = 0;
   int sm_count = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status == cudaSuccess)
     status = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
   if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "querying the device"));
-  int64_t wanted = (work + threads_per_block - 1) / threads_per_block;
-  int64_t cap = int64_t{sm_count} * blocks_per_sm;
-  return static_cast<int>(wanted < cap ? (wanted > 0 ? wanted : 1) : cap);
+  return sm_count;
+}
+
+// Blocks of `threads` for a grid-stride loop over `count` items: one full
+// wave of resident blocks at most (2048 threads per SM), fewer if the work is
+// smaller.
+inline ffi::ErrorOr<int> GridStrideBlocks(int64_t count, int threads) {
+  auto sm_count = SmCount();
+  if (!sm_count.has_value()) return sm_count;
+  const int64_t wanted = (count + threads - 1) / threads;
+  const int64_t wave = int64_t{*sm_count} * (2048 / threads);
+  return static_cast<int>(wanted < 1 ? 1 : (wanted < wave ? wanted : wave));
+}
+
+// A grid-stride loop over `count` items in which each thread has kUnroll
+// independent loads in flight before it stores anything: one load at a time
+// per thread leaves HBM waiting on latency. store(i, load(i)) for every i.
+template <int kUnroll, typename Load, typename Store>
+__device__ __forceinline__ void GridStride(int64_t count, Load load, Store store) {
+  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
+  for (int64_t base = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; base < count;
+       base += stride * kUnroll) {
+    decltype(load(base)) items[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k)
+      if (base + k * stride < count) items[k] = load(base + k * stride);
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k)
+      if (base + k * stride < count) store(base + k * stride, items[k]);
+  }
 }
 
 }  // namespace jax_camp

@@ -1,6 +1,10 @@
-// Row kernels (reduce_sum, softmax) are written once against a "team": the
-// threads that share one row. A warp team suits short rows (no shared memory,
-// no block barrier); a block team suits long rows. The launcher picks one.
+// Row kernels (reduce_sum, softmax forward and backward) are written once
+// against a RowTeam: the threads that share one row. Short rows get a few
+// lanes of a warp each (several rows per warp, reduced with shuffles); long
+// rows get the whole block (reduced through shared memory). Each thread holds
+// a chunk of its row in registers: kChunk packs, all loaded before any is
+// used, so that many loads are in flight. A row that fits in one chunk per
+// thread is read from memory once, however many passes the kernel makes.
 #pragma once
 
 #include <cstdint>
@@ -9,103 +13,157 @@
 
 namespace jax_camp {
 
-// One warp per row; a block holds blockDim.x / 32 such teams.
-struct WarpTeam {
-  static constexpr int kScratchFloats = 0;
+struct RowTeam {
+  int lanes;  // threads per row: a power of two up to 32, or the whole block
+  int lane;   // this thread's place in its team
   int64_t first_row;
   int64_t row_stride;
-  int lane;
-  __device__ WarpTeam()
-      : first_row(int64_t{blockIdx.x} * (blockDim.x / 32) + threadIdx.x / 32),
-        row_stride(int64_t{gridDim.x} * (blockDim.x / 32)),
-        lane(threadIdx.x % 32) {}
-  __device__ int size() const { return 32; }
-  template <typename Op>
-  __device__ float Reduce(float v, Op op, float*) const {
-    return WarpReduce(v, op);
-  }
-};
 
-// The whole block on one row.
-struct BlockTeam {
-  static constexpr int kScratchFloats = 32;
-  int64_t first_row;
-  int64_t row_stride;
-  int lane;
-  __device__ BlockTeam() : first_row(blockIdx.x), row_stride(gridDim.x), lane(threadIdx.x) {}
-  __device__ int size() const { return blockDim.x; }
+  __device__ explicit RowTeam(int team_lanes)
+      : lanes(team_lanes),
+        lane(threadIdx.x % team_lanes),
+        first_row(int64_t{blockIdx.x} * (blockDim.x / team_lanes)),
+        row_stride(int64_t{gridDim.x} * (blockDim.x / team_lanes)) {}
+
+  // This thread's row in the block's current group of rows starting at
+  // `group`. The loop over groups is uniform across the block, so every
+  // thread reaches every reduction; rows past the end are simply empty.
+  __device__ int64_t RowIn(int64_t group) const { return group + threadIdx.x / lanes; }
+
+  // Every lane of the team returns op over the team's values. `scratch` holds
+  // 32 floats (block teams only).
   template <typename Op>
   __device__ float Reduce(float v, Op op, float* scratch) const {
-    return BlockReduce(v, op, scratch);
+    if (lanes > 32) return BlockReduce(v, op, scratch);
+    for (int offset = lanes / 2; offset > 0; offset >>= 1)
+      v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
   }
 };
 
-template <int kPack, typename T>
-__device__ __forceinline__ void LoadPack(const T* src, float (&values)[kPack]) {
-  const Pack<T, kPack> packed = *reinterpret_cast<const Pack<T, kPack>*>(src);
+// How a chunk holds T: 16-bit floats as their bits. nvcc keeps arrays of
+// plain integers in registers where arrays of __nv_bfloat16 went to the stack.
+template <typename T>
+struct ChunkStorage {
+  using type = T;
+  static __device__ __forceinline__ float ToFloat(T v) { return v; }
+  static __device__ __forceinline__ T FromFloat(float v) { return v; }
+};
+template <>
+struct ChunkStorage<__nv_bfloat16> {
+  using type = unsigned short;
+  static __device__ __forceinline__ float ToFloat(unsigned short bits) {
+    return __uint_as_float(static_cast<unsigned>(bits) << 16);
+  }
+  static __device__ __forceinline__ unsigned short FromFloat(float v) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+};
+template <>
+struct ChunkStorage<__half> {
+  using type = unsigned short;
+  static __device__ __forceinline__ float ToFloat(unsigned short bits) {
+    return __half2float(__ushort_as_half(bits));
+  }
+  static __device__ __forceinline__ unsigned short FromFloat(float v) {
+    return __half_as_ushort(__float2half_rn(v));
+  }
+};
+
+// One thread's chunk of a row: kChunk packs, pack i being the row's pack
+// base + i * lanes + lane, so that a team's loads are contiguous.
+template <typename T, int kPack, int kChunk>
+struct RowChunk {
+  using Storage = ChunkStorage<T>;
+  using StoredPack = Pack<typename Storage::type, kPack>;
+  StoredPack packs[kChunk];
+
+  __device__ __forceinline__ void Load(const T* row, int64_t num_packs, int64_t base,
+                                       const RowTeam& team) {
+    const StoredPack* row_packs = reinterpret_cast<const StoredPack*>(row);
 #pragma unroll
-  for (int k = 0; k < kPack; ++k) values[k] = ToFloat(packed.v[k]);
-}
+    for (int i = 0; i < kChunk; ++i) {
+      const int64_t p = base + int64_t{i} * team.lanes + team.lane;
+      // Clamped rather than skipped: a predicated-off load keeps the chunk in
+      // registers, where a branch around it sends 16-bit chunks to the stack.
+      packs[i] = row_packs[p < num_packs ? p : 0];
+    }
+  }
+
+  // visit(i, column, values) for each loaded pack i, values in float32.
+  template <typename Visit>
+  __device__ __forceinline__ void ForEach(int64_t num_packs, int64_t base, const RowTeam& team,
+                                          Visit visit) const {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      const int64_t p = base + int64_t{i} * team.lanes + team.lane;
+      if (p < num_packs) {
+        float values[kPack];
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) values[k] = Storage::ToFloat(packs[i].v[k]);
+        visit(i, p * kPack, values);
+      }
+    }
+  }
+
+  __device__ __forceinline__ float Value(int i, int k) const {
+    return Storage::ToFloat(packs[i].v[k]);
+  }
+};
 
 template <int kPack, typename T>
 __device__ __forceinline__ void StorePack(T* dst, const float (&values)[kPack]) {
-  Pack<T, kPack> packed;
+  using Storage = ChunkStorage<T>;
+  Pack<typename Storage::type, kPack> packed;
 #pragma unroll
-  for (int k = 0; k < kPack; ++k) packed.v[k] = FromFloat<T>(values[k]);
-  *reinterpret_cast<Pack<T, kPack>*>(dst) = packed;
+  for (int k = 0; k < kPack; ++k) packed.v[k] = Storage::FromFloat(values[k]);
+  *reinterpret_cast<decltype(packed)*>(dst) = packed;
 }
 
-// Calls visit(column, values) for this thread's packs of one row: packs
-// lane, lane + team size, ... The launcher only picks kPack > 1 when it
-// divides the row length and the rows are 16-byte aligned.
-template <int kPack, typename T, typename Team, typename Visit>
-__device__ __forceinline__ void ForEachPack(const T* row, int64_t cols, const Team& team,
-                                            Visit visit) {
-  for (int64_t p = team.lane; p < cols / kPack; p += team.size()) {
-    float values[kPack];
-    LoadPack(row + p * kPack, values);
-    visit(p * kPack, values);
-  }
+// Packs per chunk for a chunk of about kChunkElements values: the same
+// number of values, so the same registers, whatever the dtype; unpacked
+// (scalar) rows take a quarter as many, each load being that much narrower.
+__host__ __device__ constexpr int ChunkPacks(int chunk_elements, int pack) {
+  return pack == 1 ? chunk_elements / 4 : chunk_elements / pack;
 }
-
-
-}  // namespace jax_camp
-
-namespace jax_camp {
 
 template <int N>
 struct IntTag {
   static constexpr int value = N;
 };
 
-// Rows of up to this many columns go to a warp each; longer ones to a block.
-constexpr int64_t kWarpTeamMaxCols = 1024;
-constexpr int kRowThreads = 256;
+// The row kernels' shared launch policy. Lanes per row: enough that each
+// thread's share fits one chunk of ChunkPacks(kChunkElements, pack) packs (so the row stays in registers), rounded up to
+// a power of two; up to 32 lanes a row shares a warp with other rows, beyond
+// that a block of up to kMaxRowThreads takes each row, chunk after chunk. 128-
+// bit packs when the rows are 16-byte aligned. launch(pack, blocks, threads,
+// lanes) does the <<<>>> with the caller's kernel, which must allow
+// kMaxThreads threads a block (__launch_bounds__).
+constexpr int kRowsBlockThreads = 256;
 
-// The launch policy every row kernel shares: picks the team by row length,
-// 128-bit packs when alignment allows, and a grid that covers the SMs (rows
-// beyond it are taken by the kernels' row-stride loops). launch(pack, team,
-// blocks, threads) does the <<<>>> with the kernel the caller owns.
-template <typename T, typename Launch>
+template <typename T, int kChunkElements, int kMaxThreads, typename Launch>
 ffi::Error LaunchRowKernel(const char* what, int64_t rows, int64_t cols, bool aligned,
                            Launch launch) {
   constexpr int kPack = kPack128<T>;
   const bool packed = aligned && cols % kPack == 0;
-  const bool warp_team = cols <= kWarpTeamMaxCols;
-  const int64_t team_threads = warp_team ? 32 : kRowThreads;
-  auto blocks = GridSize(rows * team_threads, kRowThreads, 16);
-  if (!blocks.has_value()) return blocks.error();
-  auto with_pack = [&](auto pack) {
-    if (warp_team) {
-      launch(pack, Tag<WarpTeam>{}, *blocks, kRowThreads);
-    } else {
-      launch(pack, Tag<BlockTeam>{}, *blocks, kRowThreads);
-    }
-  };
+  const int64_t num_packs = packed ? cols / kPack : cols;
+  const int chunk = packed ? ChunkPacks(kChunkElements, kPack) : ChunkPacks(kChunkElements, 1);
+  const int64_t lanes_wanted = (num_packs + chunk - 1) / chunk;
+  int lanes = 1;
+  while (lanes < lanes_wanted && lanes < kMaxThreads) lanes *= 2;
+  const int threads = lanes <= 32 ? kRowsBlockThreads : lanes;
+  const int64_t rows_per_block = threads / lanes;
+
+  auto sm_count = SmCount();
+  if (!sm_count.has_value()) return sm_count.error();
+  const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block;
+  // Several waves of resident blocks; the kernels' row loop takes the rest.
+  const int64_t cap = int64_t{*sm_count} * (2048 / threads) * 4;
+  const int blocks = static_cast<int>(wanted < cap ? wanted : cap);
   if (packed) {
-    with_pack(IntTag<kPack>{});
+    launch(IntTag<kPack>{}, blocks, threads, lanes);
   } else {
-    with_pack(IntTag<1>{});
+    launch(IntTag<1>{}, blocks, threads, lanes);
   }
   return CheckCuda(cudaGetLastError(), what);
 }

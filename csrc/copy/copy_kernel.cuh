@@ -1,6 +1,6 @@
 // copy: y[i] = x[i]. A grid-stride loop, so any size runs on any grid; each
 // thread moves kPack elements at a time (one 128-bit access when the launcher
-// found both pointers 16-byte aligned).
+// found both pointers 16-byte aligned), several packs in flight at once.
 #pragma once
 
 #include <cstdint>
@@ -9,17 +9,22 @@
 
 namespace jax_camp::copy {
 
+constexpr int kUnroll = 4;
+
 template <typename T, int kPack>
 __global__ void CopyKernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
   using Vec = Pack<T, kPack>;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  const int64_t tid = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
-  const int64_t num_packs = n / kPack;
   const Vec* x_packs = reinterpret_cast<const Vec*>(x);
   Vec* y_packs = reinterpret_cast<Vec*>(y);
-  for (int64_t i = tid; i < num_packs; i += stride) y_packs[i] = x_packs[i];
+  const int64_t num_packs = n / kPack;
+  GridStride<kUnroll>(
+      num_packs, [&](int64_t i) { return x_packs[i]; },
+      [&](int64_t i, const Vec& v) { y_packs[i] = v; });
   // The n % kPack elements past the last whole pack.
-  for (int64_t i = num_packs * kPack + tid; i < n; i += stride) y[i] = x[i];
+  const int64_t done = num_packs * kPack;
+  GridStride<1>(
+      n - done, [&](int64_t i) { return x[done + i]; },
+      [&](int64_t i, const T& v) { y[done + i] = v; });
 }
 
 }  // namespace jax_camp::copy

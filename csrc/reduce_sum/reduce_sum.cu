@@ -18,12 +18,12 @@ ffi::Error ReduceSumCuda(cudaStream_t stream, ffi::AnyBuffer x,
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.untyped_data());
     T* sums = static_cast<T*>(out->untyped_data());
-    return LaunchRowKernel<T>("launching reduce_sum", rows, cols, IsAligned(in, 16),
-                              [&](auto pack, auto team, int blocks, int threads) {
-                                using Team = typename decltype(team)::type;
-                                ReduceSumKernel<T, decltype(pack)::value, Team>
-                                    <<<blocks, threads, 0, stream>>>(in, sums, rows, cols);
-                              });
+    return LaunchRowKernel<T, kChunkElements, kMaxThreads>(
+        "launching reduce_sum", rows, cols, IsAligned(in, 16),
+        [&](auto pack, int blocks, int threads, int lanes) {
+          ReduceSumKernel<T, decltype(pack)::value>
+              <<<blocks, threads, 0, stream>>>(in, sums, rows, cols, lanes);
+        });
   });
 }
 

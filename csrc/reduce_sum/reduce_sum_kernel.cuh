@@ -1,8 +1,9 @@
 // reduce_sum: out[r] = sum_c x[r, c], accumulated in float32. A team of
-// threads (a warp or the block, see row_team.cuh) shares a row: each thread
-// sums its strided share, then the team's tree reduction combines them. The
-// order of additions depends only on the shape, so results are bitwise
-// reproducible.
+// threads (a few lanes of a warp, or the block; see row_team.cuh) shares a
+// row: each thread sums its strided share, chunk by chunk with all of a
+// chunk's loads in flight, then the team's tree reduction combines the
+// partial sums. The order of additions depends only on the shape, so results
+// are bitwise reproducible.
 #pragma once
 
 #include <cstdint>
@@ -11,19 +12,34 @@
 
 namespace jax_camp::reduce_sum {
 
-template <typename T, int kPack, typename Team>
-__global__ void ReduceSumKernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows,
-                                int64_t cols) {
-  __shared__ float scratch[Team::kScratchFloats > 0 ? Team::kScratchFloats : 1];
-  const Team team;
-  for (int64_t row = team.first_row; row < rows; row += team.row_stride) {
+constexpr int kChunkElements = 32;
+constexpr int kMaxThreads = 1024;
+
+template <typename T, int kPack>
+__global__ void __launch_bounds__(kMaxThreads)
+    ReduceSumKernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols,
+                    int lanes) {
+  __shared__ float scratch[32];
+  constexpr int kChunk = ChunkPacks(kChunkElements, kPack);
+  const RowTeam team(lanes);
+  const int64_t num_packs = cols / kPack;
+  const int64_t chunk_packs = int64_t{lanes} * kChunk;
+  for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
+    const int64_t row = team.RowIn(group);
+    const bool valid = row < rows;
+    const int64_t packs = valid ? num_packs : 0;
+    const T* x_row = x + (valid ? row : 0) * cols;
     float partial = 0.f;
-    ForEachPack<kPack>(x + row * cols, cols, team, [&](int64_t, const float(&v)[kPack]) {
+    for (int64_t base = 0; base < packs; base += chunk_packs) {
+      RowChunk<T, kPack, kChunk> chunk;
+      chunk.Load(x_row, packs, base, team);
+      chunk.ForEach(packs, base, team, [&](int, int64_t, const float(&v)[kPack]) {
 #pragma unroll
-      for (int k = 0; k < kPack; ++k) partial += v[k];
-    });
+        for (int k = 0; k < kPack; ++k) partial += v[k];
+      });
+    }
     const float total = team.Reduce(partial, SumOp{}, scratch);
-    if (team.lane == 0) out[row] = FromFloat<T>(total);
+    if (valid && team.lane == 0) out[row] = FromFloat<T>(total);
   }
 }
 

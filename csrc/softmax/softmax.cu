@@ -16,13 +16,12 @@ ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.untyped_data());
     T* out = static_cast<T*>(y->untyped_data());
-    return LaunchRowKernel<T>("launching softmax", rows, cols,
-                              IsAligned(in, 16) && IsAligned(out, 16),
-                              [&](auto pack, auto team, int blocks, int threads) {
-                                using Team = typename decltype(team)::type;
-                                SoftmaxForwardKernel<T, decltype(pack)::value, Team>
-                                    <<<blocks, threads, 0, stream>>>(in, out, rows, cols);
-                              });
+    return LaunchRowKernel<T, kForwardChunkElements, kForwardMaxThreads>(
+        "launching softmax", rows, cols, IsAligned(in, 16) && IsAligned(out, 16),
+        [&](auto pack, int blocks, int threads, int lanes) {
+          SoftmaxForwardKernel<T, decltype(pack)::value>
+              <<<blocks, threads, 0, stream>>>(in, out, rows, cols, lanes);
+        });
   });
 }
 
@@ -39,12 +38,11 @@ ffi::Error SoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBu
     const T* g_data = static_cast<const T*>(g.untyped_data());
     T* dx_data = static_cast<T*>(dx->untyped_data());
     const bool aligned = IsAligned(y_data, 16) && IsAligned(g_data, 16) && IsAligned(dx_data, 16);
-    return LaunchRowKernel<T>(
+    return LaunchRowKernel<T, kBackwardChunkElements, kBackwardMaxThreads>(
         "launching softmax_backward", rows, cols, aligned,
-        [&](auto pack, auto team, int blocks, int threads) {
-          using Team = typename decltype(team)::type;
-          SoftmaxBackwardKernel<T, decltype(pack)::value, Team>
-              <<<blocks, threads, 0, stream>>>(y_data, g_data, dx_data, rows, cols);
+        [&](auto pack, int blocks, int threads, int lanes) {
+          SoftmaxBackwardKernel<T, decltype(pack)::value>
+              <<<blocks, threads, 0, stream>>>(y_data, g_data, dx_data, rows, cols, lanes);
         });
   });
 }

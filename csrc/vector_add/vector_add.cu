@@ -13,7 +13,7 @@ template <typename T>
 ffi::Error Launch(cudaStream_t stream, const T* x, const T* y, T* out, int64_t n) {
   constexpr int kPack = kPack128<T>;
   const bool vectorized = IsAligned(x, 16) && IsAligned(y, 16) && IsAligned(out, 16);
-  auto blocks = GridSize(vectorized ? n / kPack : n, kThreads);
+  auto blocks = GridStrideBlocks(vectorized ? n / kPack : n, kThreads);
   if (!blocks.has_value()) return blocks.error();
   if (vectorized) {
     VectorAddKernel<T, kPack><<<*blocks, kThreads, 0, stream>>>(x, y, out, n);

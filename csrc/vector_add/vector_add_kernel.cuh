@@ -1,5 +1,6 @@
 // vector_add: out[i] = x[i] + y[i], added in float32 and rounded once. A
-// grid-stride loop of kPack-element (128-bit when aligned) packs, then the tail.
+// grid-stride loop of kPack-element packs (128-bit when aligned), several in
+// flight per thread, then the tail.
 #pragma once
 
 #include <cstdint>
@@ -8,27 +9,34 @@
 
 namespace jax_camp::vector_add {
 
-template <typename T>
-__device__ __forceinline__ T Add(T a, T b) {
-  return FromFloat<T>(ToFloat(a) + ToFloat(b));
+constexpr int kUnroll = 4;
+
+template <typename T, int kPack>
+__device__ __forceinline__ Pack<T, kPack> AddPacks(const Pack<T, kPack>& a,
+                                                   const Pack<T, kPack>& b) {
+  Pack<T, kPack> sum;
+#pragma unroll
+  for (int k = 0; k < kPack; ++k) sum.v[k] = FromFloat<T>(ToFloat(a.v[k]) + ToFloat(b.v[k]));
+  return sum;
 }
 
 template <typename T, int kPack>
 __global__ void VectorAddKernel(const T* __restrict__ x, const T* __restrict__ y,
                                 T* __restrict__ out, int64_t n) {
   using Vec = Pack<T, kPack>;
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  const int64_t tid = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const Vec* x_packs = reinterpret_cast<const Vec*>(x);
+  const Vec* y_packs = reinterpret_cast<const Vec*>(y);
+  Vec* out_packs = reinterpret_cast<Vec*>(out);
   const int64_t num_packs = n / kPack;
-  for (int64_t i = tid; i < num_packs; i += stride) {
-    const Vec a = reinterpret_cast<const Vec*>(x)[i];
-    const Vec b = reinterpret_cast<const Vec*>(y)[i];
-    Vec sum;
-#pragma unroll
-    for (int k = 0; k < kPack; ++k) sum.v[k] = Add(a.v[k], b.v[k]);
-    reinterpret_cast<Vec*>(out)[i] = sum;
-  }
-  for (int64_t i = num_packs * kPack + tid; i < n; i += stride) out[i] = Add(x[i], y[i]);
+  GridStride<kUnroll>(
+      num_packs, [&](int64_t i) { return AddPacks(x_packs[i], y_packs[i]); },
+      [&](int64_t i, const Vec& v) { out_packs[i] = v; });
+  using Scalar = Pack<T, 1>;
+  const int64_t done = num_packs * kPack;
+  GridStride<1>(
+      n - done,
+      [&](int64_t i) { return AddPacks(Scalar{{x[done + i]}}, Scalar{{y[done + i]}}); },
+      [&](int64_t i, const Scalar& v) { out[done + i] = v.v[0]; });
 }
 
 }  // namespace jax_camp::vector_add
