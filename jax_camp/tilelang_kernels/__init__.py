@@ -1,0 +1,14 @@
+"""TileLang kernels for jax_camp: the ``backend="tilelang"`` half of the camp.
+
+One module per op, each a tile program readable on its own:
+
+* ``copy``: global -> register tile -> global, with ``T.copy``.
+* ``vector_add``: element-wise add in a ``T.Parallel`` loop.
+* ``reduce_sum``: ``T.Serial`` over column tiles, ``T.reduce_sum`` at the end.
+* ``softmax``: online softmax (two passes, rolling log-sum-exp in exp2/log2)
+  and its backward.
+
+``bridge`` compiles them and runs them on JAX's buffers inside ``jax.jit``.
+Importing this package needs nothing; importing ``bridge`` or a kernel module
+needs ``pip install .[tilelang]``.
+"""

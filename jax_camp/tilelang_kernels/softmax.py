@@ -1,0 +1,168 @@
+"""softmax and its backward, one block per ROWS rows, two passes per row.
+
+Forward, online softmax. Pass 1 reads the row once, tile by tile, and keeps a
+rolling log-sum-exp as two numbers: ``m``, the largest x seen so far, and
+``s``, the sum of exp(x - m) over what was seen. When a new x raises the
+maximum, the old sum is rescaled by exp(m_old - x) and x adds 1; otherwise x
+adds exp(x - m). So one pass gives the normalizer a plain softmax needs two
+passes for (max, then sum). Pass 2 reads the row again and writes
+y = exp(x - m - log(s)).
+
+Every element of the tile fragment keeps its own (m, s) pair across the
+``T.Serial`` loop, so pass 1 needs no communication between threads at all;
+the pairs are merged once per row at the end (``T.reduce_max`` for the row
+maximum M, then ``T.reduce_sum`` of s * exp(m - M)), as reduce_sum folds its
+accumulator once. Merging once per tile instead would cost two block-wide
+reductions, with their barriers, per tile.
+
+exp2 and log2 instead of exp and log: the GPU's special function unit
+computes 2**t and log2(t) natively, and exp(t) is exp2(t * log2(e)) anyway, so
+the kernel works in base 2 throughout. The difference x - m is formed first,
+in the units of x, and only then scaled: for logits near 1e3, x * log2(e)
+would already have lost the last digits that x - m keeps exactly.
+
+Masking and special values, as jax.nn.softmax: out-of-range columns of a
+partial tile load as 0, which is wrong for a maximum (a row of negative logits
+would get max 0), so the kernel turns them into -inf and skips them, as it
+skips real -inf entries (their term is 0; letting them in would compute
+-inf - -inf = NaN). A row of -inf ends with s = 0 and pass 2 computes
+-inf - -inf = NaN, jax's answer; a NaN or +inf entry makes s NaN, and the whole
+row NaN, as in jax.
+
+Backward: dx = y * (g - sum(g * y)) along the row, from the forward's output
+y and the incoming cotangent g. Pass 1 accumulates g * y element-wise into a
+float32 fragment (out-of-range elements load as 0 and add nothing) and
+reduces it once per row; pass 2 writes dx.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tilelang.language as T
+from tvm import tirx
+
+from jax_camp.tilelang_kernels._rows import (
+    ACCUM,
+    ROWS,
+    THREADS,
+    columns,
+    vector_elements,
+    warp_per_row_layout,
+)
+
+LOG2E = math.log2(math.e)
+
+
+def softmax_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+    """The forward softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
+    cols = columns(dtype)
+    vec = vector_elements(dtype)
+    m_, n = T.dynamic("M N", "int64")
+    neg_inf = -T.infinity(ACCUM)
+    layout = warp_per_row_layout(dtype)
+
+    @T.prim_func
+    def softmax(X: T.Tensor((m_, n), dtype), Y: T.Tensor((m_, n), dtype)):
+        with T.Kernel(T.ceildiv(m_, ROWS), threads=THREADS) as bx:
+            if aligned:
+                T.assume(n % vec == 0)
+            tile = T.alloc_fragment((ROWS, cols), dtype)
+            x = T.alloc_fragment((ROWS, cols), ACCUM)
+            lane_max = T.alloc_fragment((ROWS, cols), ACCUM)
+            lane_sum = T.alloc_fragment((ROWS, cols), ACCUM)
+            scaled = T.alloc_fragment((ROWS, cols), ACCUM)
+            out = T.alloc_fragment((ROWS, cols), dtype)
+            row_max = T.alloc_fragment((ROWS,), ACCUM)
+            row_sum = T.alloc_fragment((ROWS,), ACCUM)
+            log2_sum = T.alloc_fragment((ROWS,), ACCUM)
+            T.annotate_layout({t: layout for t in (tile, x, lane_max, lane_sum, scaled, out)})
+            T.fill(lane_max, neg_inf)
+            T.fill(lane_sum, 0.0)
+
+            # Pass 1: each element's rolling (max, sum) pair, one exp2 per x.
+            for kb in T.Serial(T.ceildiv(n, cols)):
+                T.copy(X[bx * ROWS, kb * cols], tile)
+                for i, j in T.Parallel(ROWS, cols):
+                    x[i, j] = T.if_then_else(kb * cols + j < n, T.cast(tile[i, j], ACCUM), neg_inf)
+                for i, j in T.Parallel(ROWS, cols):
+                    lane_sum[i, j] = T.if_then_else(
+                        x[i, j] == neg_inf,
+                        lane_sum[i, j],
+                        T.if_then_else(
+                            x[i, j] > lane_max[i, j],
+                            lane_sum[i, j] * T.exp2((lane_max[i, j] - x[i, j]) * LOG2E) + 1.0,
+                            lane_sum[i, j] + T.exp2((x[i, j] - lane_max[i, j]) * LOG2E),
+                        ),
+                    )
+                    lane_max[i, j] = T.max(lane_max[i, j], x[i, j])
+
+            # Merge the pairs of a row. A pair with s == 0 saw only -inf and
+            # adds nothing (its m - M may be -inf - -inf); a NaN s must stay.
+            T.reduce_max(lane_max, row_max, dim=1)
+            for i, j in T.Parallel(ROWS, cols):
+                scaled[i, j] = T.if_then_else(
+                    lane_sum[i, j] == 0.0,
+                    0.0,
+                    lane_sum[i, j] * T.exp2((lane_max[i, j] - row_max[i]) * LOG2E),
+                )
+            T.reduce_sum(scaled, row_sum, dim=1)
+            # A row of -inf ends with sum 0: log2 gives -inf and pass 2 then
+            # computes -inf - -inf = NaN, jax.nn.softmax's answer for it.
+            for i in T.Parallel(ROWS):
+                log2_sum[i] = T.log2(row_sum[i])
+
+            # Pass 2: normalize. The second read mostly hits L2.
+            for kb in T.Serial(T.ceildiv(n, cols)):
+                T.copy(X[bx * ROWS, kb * cols], tile)
+                for i, j in T.Parallel(ROWS, cols):
+                    out[i, j] = T.cast(
+                        T.exp2((T.cast(tile[i, j], ACCUM) - row_max[i]) * LOG2E - log2_sum[i]),
+                        dtype,
+                    )
+                T.copy(out, Y[bx * ROWS, kb * cols])
+
+    return softmax
+
+
+def softmax_backward_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+    """The backward kernel: dX from the forward's output Yv and cotangent G."""
+    cols = columns(dtype)
+    vec = vector_elements(dtype)
+    m_, n = T.dynamic("M N", "int64")
+    layout = warp_per_row_layout(dtype)
+
+    @T.prim_func
+    def softmax_backward(
+        Yv: T.Tensor((m_, n), dtype), G: T.Tensor((m_, n), dtype), DX: T.Tensor((m_, n), dtype)
+    ):
+        with T.Kernel(T.ceildiv(m_, ROWS), threads=THREADS) as bx:
+            if aligned:
+                T.assume(n % vec == 0)
+            y = T.alloc_fragment((ROWS, cols), dtype)
+            g = T.alloc_fragment((ROWS, cols), dtype)
+            acc = T.alloc_fragment((ROWS, cols), ACCUM)
+            dx = T.alloc_fragment((ROWS, cols), dtype)
+            dot = T.alloc_fragment((ROWS,), ACCUM)
+            T.annotate_layout({t: layout for t in (y, g, acc, dx)})
+            T.clear(acc)
+
+            # Pass 1: sum(g * y) per row, element-wise partials in registers.
+            for kb in T.Serial(T.ceildiv(n, cols)):
+                T.copy(Yv[bx * ROWS, kb * cols], y)
+                T.copy(G[bx * ROWS, kb * cols], g)
+                for i, j in T.Parallel(ROWS, cols):
+                    acc[i, j] += T.cast(g[i, j], ACCUM) * T.cast(y[i, j], ACCUM)
+            T.reduce_sum(acc, dot, dim=1)
+
+            # Pass 2: dx = y * (g - dot).
+            for kb in T.Serial(T.ceildiv(n, cols)):
+                T.copy(Yv[bx * ROWS, kb * cols], y)
+                T.copy(G[bx * ROWS, kb * cols], g)
+                for i, j in T.Parallel(ROWS, cols):
+                    dx[i, j] = T.cast(
+                        T.cast(y[i, j], ACCUM) * (T.cast(g[i, j], ACCUM) - dot[i]), dtype
+                    )
+                T.copy(dx, DX[bx * ROWS, kb * cols])
+
+    return softmax_backward
