@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -96,43 +97,52 @@ inline ffi::Error CheckCuda(cudaError_t status, const char* what) {
                               cudaGetErrorString(status) + ")");
 }
 
-// The device's SM count, for sizing grids to the machine.
+// The current device's SM count, for sizing grids to the machine. Asked of
+// the driver once per device: a handler runs on XLA's launch path, where
+// every host microsecond can leave the GPU idle between small kernels.
 inline ffi::ErrorOr<int> SmCount() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
   int device = 0;
-  int sm_count = 0;
   cudaError_t status = cudaGetDevice(&device);
-  if (status == cudaSuccess)
-    status = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
   if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "querying the device"));
+  if (device < kMaxDevices && cached[device].load(std::memory_order_relaxed) > 0)
+    return cached[device].load(std::memory_order_relaxed);
+  int sm_count = 0;
+  status = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "querying the device"));
+  if (device < kMaxDevices) cached[device].store(sm_count, std::memory_order_relaxed);
   return sm_count;
 }
 
-// Blocks of `threads` for a grid-stride loop over `count` items: one full
-// wave of resident blocks at most (2048 threads per SM), fewer if the work is
-// smaller.
-inline ffi::ErrorOr<int> GridStrideBlocks(int64_t count, int threads) {
-  auto sm_count = SmCount();
-  if (!sm_count.has_value()) return sm_count;
-  const int64_t wanted = (count + threads - 1) / threads;
-  const int64_t wave = int64_t{*sm_count} * (2048 / threads);
-  return static_cast<int>(wanted < 1 ? 1 : (wanted < wave ? wanted : wave));
+// Blocks of `threads` for GridStride over `count` items, kUnroll a thread:
+// one tile per block, so that the grid covers the work in one sweep (the loop
+// only matters past 2^31 - 1 blocks).
+template <int kUnroll>
+inline int GridStrideBlocks(int64_t count, int threads) {
+  const int64_t tile = int64_t{threads} * kUnroll;
+  const int64_t wanted = (count + tile - 1) / tile;
+  constexpr int64_t kMaxBlocks = 0x7fffffff;
+  return static_cast<int>(wanted < 1 ? 1 : (wanted < kMaxBlocks ? wanted : kMaxBlocks));
 }
 
-// A grid-stride loop over `count` items in which each thread has kUnroll
-// independent loads in flight before it stores anything: one load at a time
-// per thread leaves HBM waiting on latency. store(i, load(i)) for every i.
+// store(i, load(i)) for every i < count. Each block takes tiles of
+// blockDim.x * kUnroll consecutive items; each thread loads its kUnroll items
+// of a tile (a block-width apart, so every load instruction is coalesced)
+// before it stores any: one load at a time per thread leaves HBM waiting on
+// latency.
 template <int kUnroll, typename Load, typename Store>
 __device__ __forceinline__ void GridStride(int64_t count, Load load, Store store) {
-  const int64_t stride = int64_t{gridDim.x} * blockDim.x;
-  for (int64_t base = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; base < count;
-       base += stride * kUnroll) {
-    decltype(load(base)) items[kUnroll];
+  const int64_t tile = int64_t{blockDim.x} * kUnroll;
+  for (int64_t start = int64_t{blockIdx.x} * tile + threadIdx.x; start < count;
+       start += int64_t{gridDim.x} * tile) {
+    decltype(load(start)) items[kUnroll];
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k)
-      if (base + k * stride < count) items[k] = load(base + k * stride);
+      if (start + k * blockDim.x < count) items[k] = load(start + k * blockDim.x);
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k)
-      if (base + k * stride < count) store(base + k * stride, items[k]);
+      if (start + k * blockDim.x < count) store(start + k * blockDim.x, items[k]);
   }
 }
 

@@ -133,7 +133,8 @@ struct IntTag {
 };
 
 // The row kernels' shared launch policy. Lanes per row: enough that each
-// thread's share fits one chunk of ChunkPacks(kChunkElements, pack) packs (so the row stays in registers), rounded up to
+// thread's share fits one chunk of ChunkPacks(kChunkElements, pack) packs
+// (and at least 8) (so the row stays in registers), rounded up to
 // a power of two; up to 32 lanes a row shares a warp with other rows, beyond
 // that a block of up to kMaxRowThreads takes each row, chunk after chunk. 128-
 // bit packs when the rows are 16-byte aligned. launch(pack, blocks, threads,
@@ -149,8 +150,13 @@ ffi::Error LaunchRowKernel(const char* what, int64_t rows, int64_t cols, bool al
   const int64_t num_packs = packed ? cols / kPack : cols;
   const int chunk = packed ? ChunkPacks(kChunkElements, kPack) : ChunkPacks(kChunkElements, 1);
   const int64_t lanes_wanted = (num_packs + chunk - 1) / chunk;
+  // At least 8 lanes (128 bytes of a row per load instruction) when the row
+  // has the packs for them: with fewer, each warp load touches more rows'
+  // cache lines than it fills (2 lanes a row ran softmax at a third of
+  // XLA's speed on 128-column rows).
+  const int64_t lanes_floor = num_packs < 8 ? num_packs : 8;
   int lanes = 1;
-  while (lanes < lanes_wanted && lanes < kMaxThreads) lanes *= 2;
+  while ((lanes < lanes_wanted || lanes < lanes_floor) && lanes < kMaxThreads) lanes *= 2;
   const int threads = lanes <= 32 ? kRowsBlockThreads : lanes;
   const int64_t rows_per_block = threads / lanes;
 

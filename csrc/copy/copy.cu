@@ -12,12 +12,11 @@ template <typename T>
 ffi::Error Launch(cudaStream_t stream, const T* x, T* y, int64_t n) {
   constexpr int kPack = kPack128<T>;
   const bool vectorized = IsAligned(x, 16) && IsAligned(y, 16);
-  auto blocks = GridStrideBlocks(vectorized ? n / kPack : n, kThreads);
-  if (!blocks.has_value()) return blocks.error();
+  const int blocks = GridStrideBlocks<kUnroll>(vectorized ? n / kPack : n, kThreads);
   if (vectorized) {
-    CopyKernel<T, kPack><<<*blocks, kThreads, 0, stream>>>(x, y, n);
+    CopyKernel<T, kPack><<<blocks, kThreads, 0, stream>>>(x, y, n);
   } else {
-    CopyKernel<T, 1><<<*blocks, kThreads, 0, stream>>>(x, y, n);
+    CopyKernel<T, 1><<<blocks, kThreads, 0, stream>>>(x, y, n);
   }
   return CheckCuda(cudaGetLastError(), "launching copy");
 }
@@ -41,4 +40,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampCopyCuda, jax_camp::copy::CopyCuda,
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<xla::ffi::AnyBuffer>()
-                                  .Ret<xla::ffi::AnyBuffer>());
+                                  .Ret<xla::ffi::AnyBuffer>(),
+                              {xla::ffi::Traits::kCmdBufferCompatible});

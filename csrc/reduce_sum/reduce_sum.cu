@@ -34,4 +34,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampReduceSumCuda, jax_camp::reduce_sum::Reduce
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<xla::ffi::AnyBuffer>()
-                                  .Ret<xla::ffi::AnyBuffer>());
+                                  .Ret<xla::ffi::AnyBuffer>(),
+                              {xla::ffi::Traits::kCmdBufferCompatible});

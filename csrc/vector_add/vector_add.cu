@@ -13,12 +13,11 @@ template <typename T>
 ffi::Error Launch(cudaStream_t stream, const T* x, const T* y, T* out, int64_t n) {
   constexpr int kPack = kPack128<T>;
   const bool vectorized = IsAligned(x, 16) && IsAligned(y, 16) && IsAligned(out, 16);
-  auto blocks = GridStrideBlocks(vectorized ? n / kPack : n, kThreads);
-  if (!blocks.has_value()) return blocks.error();
+  const int blocks = GridStrideBlocks<kUnroll>(vectorized ? n / kPack : n, kThreads);
   if (vectorized) {
-    VectorAddKernel<T, kPack><<<*blocks, kThreads, 0, stream>>>(x, y, out, n);
+    VectorAddKernel<T, kPack><<<blocks, kThreads, 0, stream>>>(x, y, out, n);
   } else {
-    VectorAddKernel<T, 1><<<*blocks, kThreads, 0, stream>>>(x, y, out, n);
+    VectorAddKernel<T, 1><<<blocks, kThreads, 0, stream>>>(x, y, out, n);
   }
   return CheckCuda(cudaGetLastError(), "launching vector_add");
 }
@@ -46,4 +45,5 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampVectorAddCuda, jax_camp::vector_add::Vector
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<xla::ffi::AnyBuffer>()
                                   .Arg<xla::ffi::AnyBuffer>()
-                                  .Ret<xla::ffi::AnyBuffer>());
+                                  .Ret<xla::ffi::AnyBuffer>(),
+                              {xla::ffi::Traits::kCmdBufferCompatible});
