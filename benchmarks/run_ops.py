@@ -531,7 +531,8 @@ class Timer:
         self.seed = seed
         self._scaffold_cache: dict[tuple, float] = {}
 
-    def time_case(self, op: str, backend: str, shape: Shape, dtype_name: str) -> Timing:
+    def compile_loop(self, op: str, backend: str, shape: Shape, dtype_name: str) -> tuple:
+        """One case's loop executable: (compiled, plan, sets, outs, scale, compile seconds)."""
         dtype = DTYPES[dtype_name]
         itemsize = jnp.dtype(dtype).itemsize
         plan = plan_for(op, backend, shape, itemsize, self.ceiling_bps, self.settings, self.floor_s)
@@ -542,8 +543,13 @@ class Timer:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*donated buffers.*")
             compiled = build_program(op, backend, plan).lower(sets, outs, scale).compile()
-            compile_s = time.perf_counter() - started
-            loop = inspect_loop(compiled.as_text(), op, backend, plan)
+        return compiled, plan, sets, outs, scale, time.perf_counter() - started
+
+    def time_case(self, op: str, backend: str, shape: Shape, dtype_name: str) -> Timing:
+        compiled, plan, sets, outs, scale, compile_s = self.compile_loop(op, backend, shape, dtype_name)
+        loop = inspect_loop(compiled.as_text(), op, backend, plan)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*donated buffers.*")
             samples, calls = _run_samples(compiled, (sets, outs), scale, self.settings)
         raw = [s / plan.calls for s in samples]
         scaffold = self._scaffold(shape, dtype_name, plan) if plan.scheme == "link" else 0.0
@@ -698,13 +704,7 @@ def profile_cross_check(timer: Timer, backend: str, op: str, shape: Shape, dtype
     Best effort: the trace format is the profiler's, so any failure is reported, not raised.
     """
     try:
-        dtype = DTYPES[dtype_name]
-        itemsize = jnp.dtype(dtype).itemsize
-        plan = plan_for(op, backend, shape, itemsize, timer.ceiling_bps, timer.settings, timer.floor_s)
-        sets = make_sets(op, shape, dtype, plan, timer.seed)
-        outs = initial_outputs(op, backend, plan, sets)
-        scale = jnp.ones((), dtype)
-        compiled = build_program(op, backend, plan).lower(sets, outs, scale).compile()
+        compiled, plan, sets, outs, scale, _ = timer.compile_loop(op, backend, shape, dtype_name)
         sets, outs = compiled(sets, outs, scale)
         jax.block_until_ready(outs)
         with tempfile.TemporaryDirectory() as log_dir:
