@@ -40,8 +40,10 @@ def test_on_8_host_devices(backend, request):
         "-o", "python_functions=mesh_test_*",
         f"--backend={request.config.getoption('--backend')}", str(Path(__file__).resolve()),
     ]
-    root = Path(__file__).resolve().parent.parent
-    run = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    # From tests/, not the repository root: `python -m pytest` puts its working
+    # directory on sys.path, and the root's jax_camp/ is the uncompiled source.
+    here = Path(__file__).resolve().parent
+    run = subprocess.run(command, cwd=here, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
 
 
