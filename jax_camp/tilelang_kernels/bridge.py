@@ -16,10 +16,9 @@ How a call travels (docs/tilelang.md has the measurements):
 A compiled tile program has a fixed rank, so the bridge reshapes every
 operand to the rank its kernel expects (flat for copy and vector_add,
 (rows, cols) for the rest; a free bitcast in XLA) and reshapes the result
-back. Under vmap the operands gain leading dims; a ``custom_vmap`` rule
-broadcasts the unbatched operands (``vmap_method="broadcast_all"``
-semantics) and folds the batch dim into the rows, so one kernel still
-serves every batch size.
+back. Batching never reaches the bridge: ``jax_camp.sharding`` handles vmap
+for every backend by moving the batch dim in front, where it is more rows,
+so one kernel still serves every batch size.
 """
 
 from __future__ import annotations
@@ -148,31 +147,8 @@ def _run(op: str, *operands: jax.Array) -> jax.Array:
         # row sums to 0 and every other op has nothing to write.
         return jnp.zeros(out_shape, x.dtype)
     name = ffi_target(op, dtype, aligned)
-    call = jax.ffi.ffi_call(
-        name, jax.ShapeDtypeStruct(kernel_out, x.dtype), vmap_method="broadcast_all"
-    )
+    call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(kernel_out, x.dtype))
     return call(*(o.reshape(kernel_shape) for o in operands)).reshape(out_shape)
-
-
-def _batchable(op: str) -> Callable[..., jax.Array]:
-    @jax.custom_batching.custom_vmap
-    def run(*operands: jax.Array) -> jax.Array:
-        return _run(op, *operands)
-
-    @run.def_vmap
-    def run_batched(axis_size: int, in_batched: list[bool], *operands: jax.Array):
-        # The batch dim arrives in front; broadcasting the unbatched operands
-        # there makes it one more leading dim, i.e. more rows for the kernel.
-        operands = tuple(
-            o if batched else jnp.broadcast_to(o, (axis_size, *o.shape))
-            for batched, o in zip(in_batched, operands)
-        )
-        return run(*operands), True
-
-    return run
-
-
-_CALLS: dict[str, Callable[..., jax.Array]] = {op: _batchable(op) for op in OPS}
 
 
 def kernel_call(op: str, result: jax.ShapeDtypeStruct, *operands: jax.Array) -> jax.Array:
@@ -206,7 +182,7 @@ def kernel_call(op: str, result: jax.ShapeDtypeStruct, *operands: jax.Array) -> 
             f"TileLang {op} of {x.shape} {dtype} gives {expected.shape} {dtype}, "
             f"not the requested {tuple(result.shape)} {jnp.dtype(result.dtype)}"
         )
-    return _CALLS[op](*operands)
+    return _run(op, *operands)
 
 
 __all__ = [
