@@ -340,7 +340,8 @@ def check_case(
 class LoopPlan:
     """How one executable repeats an op.
 
-    "link": each trip runs the op on n_sets input sets in turn; before each
+    "link": each trip runs the op on n_sets input sets in turn, in whole
+    rounds (calls_per_trip is a multiple of n_sets); before each
     call one element of its first input is overwritten, in place, with an
     element of the previous call's output. That data dependency is what stops
     XLA from hoisting the call out of the loop or merging independent calls
@@ -393,15 +394,13 @@ def build_program(op: str, backend: str, plan: LoopPlan) -> Callable:
     else:
         def program(sets, outs, scale):
             def trip(_, carry):
-                sets, outs = carry
+                sets, outs = list(carry[0]), list(carry[1])
                 previous = outs[-1]
-                new_sets, new_outs = [], []
-                for inputs in sets:
-                    inputs = (_link(inputs[0], previous), *inputs[1:])
-                    previous = op_or_scaffold(inputs)
-                    new_sets.append(inputs)
-                    new_outs.append(previous)
-                return tuple(new_sets), tuple(new_outs)
+                for _round in range(plan.calls_per_trip // plan.n_sets):
+                    for i, inputs in enumerate(sets):
+                        sets[i] = (_link(inputs[0], previous), *inputs[1:])
+                        previous = outs[i] = op_or_scaffold(sets[i])
+                return tuple(sets), tuple(outs)
             return lax.fori_loop(0, plan.trips, trip, (sets, outs))
 
         def op_or_scaffold(inputs):
@@ -494,6 +493,9 @@ def _run_samples(
     return samples, calls
 
 
+LINK_CALLS_PER_TRIP = 8
+
+
 def plan_for(op: str, backend: str, shape: Shape, itemsize: int, ceiling_bps: float,
              settings: Settings, floor_s: float) -> LoopPlan:
     moved = bytes_moved(op if op in OPS else "copy", shape, itemsize)
@@ -503,7 +505,12 @@ def plan_for(op: str, backend: str, shape: Shape, itemsize: int, ceiling_bps: fl
         per_trip = 1 if backend == "xla" else 2
         return LoopPlan("chain", 1, per_trip, max(1, math.ceil(calls / per_trip)))
     n_sets = rotating_sets(shape, itemsize, settings)
-    return LoopPlan("link", n_sets, n_sets, max(1, math.ceil(calls / n_sets)))
+    # Whole rounds over the sets, at least LINK_CALLS_PER_TRIP calls a trip:
+    # each trip of an XLA:GPU loop pays a host round trip for its predicate
+    # (~20 us on the H200), which one call a trip would put into every call's
+    # time, and into the scaffold's, whose subtraction then over-corrects.
+    per_trip = n_sets * math.ceil(LINK_CALLS_PER_TRIP / n_sets)
+    return LoopPlan("link", n_sets, per_trip, max(1, math.ceil(calls / per_trip)))
 
 
 def rotating_sets(shape: Shape, itemsize: int, settings: Settings) -> int:
