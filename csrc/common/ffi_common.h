@@ -14,17 +14,16 @@ namespace ffi = xla::ffi;
 
 // A buffer seen as rows x cols: leading dims collapse into rows, the last dim
 // is the one an op reduces over. The JAX side moves the reduced axis last.
-struct RowsCols {
-  int64_t rows;
-  int64_t cols;
-};
-
-inline RowsCols AsRowsCols(const ffi::AnyBuffer& buffer) {
+inline int64_t Cols(const ffi::AnyBuffer& buffer) {
   auto dims = buffer.dimensions();
-  if (dims.size() == 0) return {1, 1};
+  return dims.size() == 0 ? 1 : dims[dims.size() - 1];
+}
+
+inline int64_t Rows(const ffi::AnyBuffer& buffer) {
+  auto dims = buffer.dimensions();
   int64_t rows = 1;
   for (size_t i = 0; i + 1 < dims.size(); ++i) rows *= dims[i];
-  return {rows, dims[dims.size() - 1]};
+  return rows;
 }
 
 inline const char* DtypeName(ffi::DataType dtype) {

@@ -10,7 +10,8 @@ namespace {
 ffi::Error ReduceSumCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out) {
   JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("reduce_sum", x, {&*out}));
   JAX_CAMP_RETURN_IF_ERROR(CheckRowShape("reduce_sum", x, *out));
-  const auto [rows, cols] = AsRowsCols(x);
+  const int64_t rows = Rows(x);
+  const int64_t cols = Cols(x);
   return DispatchFloat<HostTypes>(x.element_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.untyped_data());

@@ -10,7 +10,8 @@ ffi::Error ReduceSumCuda(cudaStream_t stream, ffi::AnyBuffer x,
                          ffi::Result<ffi::AnyBuffer> out) {
   JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("reduce_sum", x, {&*out}));
   JAX_CAMP_RETURN_IF_ERROR(CheckRowShape("reduce_sum", x, *out));
-  const auto [rows, cols] = AsRowsCols(x);
+  const int64_t rows = Rows(x);
+  const int64_t cols = Cols(x);
   if (rows == 0) return ffi::Error::Success();
   if (cols == 0) return CheckCuda(cudaMemsetAsync(out->untyped_data(), 0, out->size_bytes(), stream),
                                   "zeroing reduce_sum's output");

@@ -26,7 +26,8 @@ void SoftmaxRow(const T* x, T* y, int64_t cols, std::vector<float>& exps) {
 ffi::Error SoftmaxForwardCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y) {
   JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("softmax", x, {&*y}));
   JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("softmax", x, *y));
-  const auto [rows, cols] = AsRowsCols(x);
+  const int64_t rows = Rows(x);
+  const int64_t cols = Cols(x);
   return DispatchFloat<HostTypes>(x.element_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.untyped_data());
@@ -41,7 +42,8 @@ ffi::Error SoftmaxBackwardCpu(ffi::AnyBuffer y, ffi::AnyBuffer g, ffi::Result<ff
   JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("softmax_backward", y, {&g, &*dx}));
   JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("softmax_backward", y, g));
   JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("softmax_backward", y, *dx));
-  const auto [rows, cols] = AsRowsCols(y);
+  const int64_t rows = Rows(y);
+  const int64_t cols = Cols(y);
   return DispatchFloat<HostTypes>(y.element_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* y_data = static_cast<const T*>(y.untyped_data());

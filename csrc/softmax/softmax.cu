@@ -10,7 +10,8 @@ ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
                               ffi::Result<ffi::AnyBuffer> y) {
   JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("softmax", x, {&*y}));
   JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("softmax", x, *y));
-  const auto [rows, cols] = AsRowsCols(x);
+  const int64_t rows = Rows(x);
+  const int64_t cols = Cols(x);
   if (rows * cols == 0) return ffi::Error::Success();
   return DispatchFloat<DeviceTypes>(x.element_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -30,7 +31,8 @@ ffi::Error SoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBu
   JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("softmax_backward", y, {&g, &*dx}));
   JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("softmax_backward", y, g));
   JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("softmax_backward", y, *dx));
-  const auto [rows, cols] = AsRowsCols(y);
+  const int64_t rows = Rows(y);
+  const int64_t cols = Cols(y);
   if (rows * cols == 0) return ffi::Error::Success();
   return DispatchFloat<DeviceTypes>(y.element_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
