@@ -341,9 +341,9 @@ class LoopPlan:
     """How one executable repeats an op.
 
     "link": each trip runs the op on n_sets input sets in turn, in whole
-    rounds (calls_per_trip is a multiple of n_sets); before each
-    call one element of its first input is overwritten, in place, with an
-    element of the previous call's output. That data dependency is what stops
+    rounds (calls_per_trip is a multiple of n_sets), each call into its own
+    output carry; before each call one element of its first input is
+    overwritten, in place, with an element of the previous call's output. That data dependency is what stops
     XLA from hoisting the call out of the loop or merging independent calls
     (a token through optimization_barrier does not survive XLA's passes),
     and rotating sets keeps small inputs out of L2. The one-element update is
@@ -396,10 +396,10 @@ def build_program(op: str, backend: str, plan: LoopPlan) -> Callable:
             def trip(_, carry):
                 sets, outs = list(carry[0]), list(carry[1])
                 previous = outs[-1]
-                for _round in range(plan.calls_per_trip // plan.n_sets):
-                    for i, inputs in enumerate(sets):
-                        sets[i] = (_link(inputs[0], previous), *inputs[1:])
-                        previous = outs[i] = op_or_scaffold(sets[i])
+                for call in range(plan.calls_per_trip):
+                    i = call % plan.n_sets
+                    sets[i] = (_link(sets[i][0], previous), *sets[i][1:])
+                    previous = outs[call] = op_or_scaffold(sets[i])
                 return tuple(sets), tuple(outs)
             return lax.fori_loop(0, plan.trips, trip, (sets, outs))
 
@@ -419,8 +419,13 @@ def initial_outputs(op: str, backend: str, plan: LoopPlan, sets) -> tuple:
         shape = jax.ShapeDtypeStruct((1,), sets[0][0].dtype)
     else:
         shape = jax.eval_shape(lambda ins: run_op(op, backend, ins), sets[0])
+    # One carry per call of a trip: every output leaves the loop whole. Had
+    # later calls overwritten it, only its linked element would be live, and
+    # XLA would slice its own ops down to that one row (XLA's softmax then
+    # "ran" at 7x the copy ceiling).
     return tuple(
-        jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shape) for _ in sets
+        jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shape)
+        for _ in range(plan.calls_per_trip)
     )
 
 

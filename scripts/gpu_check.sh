@@ -2,7 +2,7 @@
 # The GPU run in one command: build jax_camp, run the GPU tests, the memory and
 # race checkers, and the benchmark, then print a short summary.
 #
-#   scripts/gpu_check.sh [build] [test] [memcheck] [racecheck] [bench] [tilelang]
+#   scripts/gpu_check.sh [build] [test] [memcheck] [racecheck] [policy] [bench] [tilelang]
 #
 # With no arguments it does all but tilelang. Logs go to $OUT (the device
 # tool's output folder) or /tmp/jax_camp_gpu.
@@ -43,7 +43,13 @@ has racecheck && XLA_PYTHON_CLIENT_ALLOCATOR=platform run_step racecheck \
   compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 20 \
   $pytest tests/test_softmax.py tests/test_reduce_sum.py --backend cuda -x
 has tilelang && run_step tilelang $pytest $op_tests --backend tilelang
-has kernels && run_step kernels python3 scripts/time_kernels.py
+if has policy; then
+  mkdir -p build
+  run_step policy bash -c "nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
+    -I$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())') \
+    scripts/row_policy_bench.cu -o build/row_policy_bench && build/row_policy_bench"
+  cp "$out/policy.log" "$out/row_policy.txt"
+fi
 if has bench && [ -f benchmarks/run_ops.py ]; then
   run_step bench python3 benchmarks/run_ops.py --op all --backend all --mode all \
     --json "$out/h200.json" --plot "$out/h200.png"

@@ -14,13 +14,15 @@ import jax_camp
 from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_reference
 
 # The camp's shapes, unaligned and odd sizes, one column, rows longer than a
-# warp team takes (1024) and than a block holds at once, more rows than a
-# grid-stride loop's first sweep covers.
+# warp team takes (1024), more rows than a grid-stride loop's first sweep
+# covers. On the GPU, rows past one block's registers take a cluster of 2 to 8
+# blocks (40_000 and 65_544 columns, packed; 40_001, scalar), and rows past a
+# cluster's are streamed (300_000 columns here, 1_000_003 in test_long_rows).
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
     (3, 5, 64), (70000, 3),
-    (3, 40_000), (2, 65_544),  # past one register chunk per thread: streamed
+    (3, 40_000), (3, 40_001), (2, 65_544), (2, 300_000),
 ]
 
 

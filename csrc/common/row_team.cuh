@@ -7,7 +7,9 @@
 // thread is read from memory once, however many passes the kernel makes.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda_common.cuh"
 
@@ -41,32 +43,72 @@ struct RowTeam {
   }
 };
 
-// How a chunk holds T: 16-bit floats as their bits. nvcc keeps arrays of
-// plain integers in registers where arrays of __nv_bfloat16 went to the stack.
+// How a chunk holds T: as raw bits in 32-bit words (two 16-bit values a
+// word), converted to float32 where used. nvcc keeps arrays of plain words in
+// registers, where arrays of __nv_bfloat16 (and of unsigned short) went to the
+// stack.
 template <typename T>
-struct ChunkStorage {
-  using type = T;
-  static __device__ __forceinline__ float ToFloat(T v) { return v; }
-  static __device__ __forceinline__ T FromFloat(float v) { return v; }
+struct ValueBits;
+template <>
+struct ValueBits<float> {
+  static __device__ __forceinline__ float ToFloat(unsigned bits) { return __uint_as_float(bits); }
+  static __device__ __forceinline__ unsigned FromFloat(float v) { return __float_as_uint(v); }
 };
 template <>
-struct ChunkStorage<__nv_bfloat16> {
-  using type = unsigned short;
-  static __device__ __forceinline__ float ToFloat(unsigned short bits) {
-    return __uint_as_float(static_cast<unsigned>(bits) << 16);
+struct ValueBits<__nv_bfloat16> {
+  static __device__ __forceinline__ float ToFloat(unsigned bits) {
+    return __uint_as_float(bits << 16);
   }
-  static __device__ __forceinline__ unsigned short FromFloat(float v) {
+  static __device__ __forceinline__ unsigned FromFloat(float v) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
   }
 };
 template <>
-struct ChunkStorage<__half> {
-  using type = unsigned short;
-  static __device__ __forceinline__ float ToFloat(unsigned short bits) {
-    return __half2float(__ushort_as_half(bits));
+struct ValueBits<__half> {
+  static __device__ __forceinline__ float ToFloat(unsigned bits) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
   }
-  static __device__ __forceinline__ unsigned short FromFloat(float v) {
+  static __device__ __forceinline__ unsigned FromFloat(float v) {
     return __half_as_ushort(__float2half_rn(v));
+  }
+};
+
+// kPack values of T as 32-bit words in registers. In memory a pack is one
+// access of kPack * sizeof(T) bytes (a lone 16-bit value is loaded as such and
+// widened).
+template <typename T, int kPack>
+struct PackedBits {
+  using MemoryWord = std::conditional_t<(sizeof(T) * kPack >= 4), unsigned, unsigned short>;
+  static constexpr int kPerWord = sizeof(MemoryWord) / sizeof(T);
+  static constexpr int kWords = kPack / kPerWord;
+  static constexpr int kBits = 8 * sizeof(T);
+  using MemoryPack = Pack<MemoryWord, kWords>;
+  unsigned words[kWords];
+
+  __device__ __forceinline__ void Load(const MemoryPack* src) {
+    const MemoryPack pack = *src;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) words[w] = pack.v[w];
+  }
+  __device__ __forceinline__ void Store(MemoryPack* dst) const {
+    MemoryPack pack;
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) pack.v[w] = static_cast<MemoryWord>(words[w]);
+    *dst = pack;
+  }
+  __device__ __forceinline__ float Get(int k) const {
+    const unsigned word = words[k / kPerWord];
+    return ValueBits<T>::ToFloat(kPerWord == 1 ? word : (word >> (kBits * (k % kPerWord))) & 0xffffu);
+  }
+  __device__ __forceinline__ void Set(const float (&values)[kPack]) {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      unsigned word = 0;
+#pragma unroll
+      for (int j = 0; j < kPerWord; ++j)
+        word |= ValueBits<T>::FromFloat(values[w * kPerWord + j]) << (kBits * j);
+      words[w] = word;
+    }
   }
 };
 
@@ -74,19 +116,18 @@ struct ChunkStorage<__half> {
 // base + i * lanes + lane, so that a team's loads are contiguous.
 template <typename T, int kPack, int kChunk>
 struct RowChunk {
-  using Storage = ChunkStorage<T>;
-  using StoredPack = Pack<typename Storage::type, kPack>;
+  using StoredPack = PackedBits<T, kPack>;
   StoredPack packs[kChunk];
 
   __device__ __forceinline__ void Load(const T* row, int64_t num_packs, int64_t base,
                                        const RowTeam& team) {
-    const StoredPack* row_packs = reinterpret_cast<const StoredPack*>(row);
+    const auto* row_packs = reinterpret_cast<const typename StoredPack::MemoryPack*>(row);
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       const int64_t p = base + int64_t{i} * team.lanes + team.lane;
       // Clamped rather than skipped: a predicated-off load keeps the chunk in
-      // registers, where a branch around it sends 16-bit chunks to the stack.
-      packs[i] = row_packs[p < num_packs ? p : 0];
+      // registers, where a branch around it sent 16-bit chunks to the stack.
+      packs[i].Load(row_packs + (p < num_packs ? p : 0));
     }
   }
 
@@ -100,27 +141,23 @@ struct RowChunk {
       if (p < num_packs) {
         float values[kPack];
 #pragma unroll
-        for (int k = 0; k < kPack; ++k) values[k] = Storage::ToFloat(packs[i].v[k]);
+        for (int k = 0; k < kPack; ++k) values[k] = packs[i].Get(k);
         visit(i, p * kPack, values);
       }
     }
   }
 
-  __device__ __forceinline__ float Value(int i, int k) const {
-    return Storage::ToFloat(packs[i].v[k]);
-  }
+  __device__ __forceinline__ float Value(int i, int k) const { return packs[i].Get(k); }
 };
 
 template <int kPack, typename T>
 __device__ __forceinline__ void StorePack(T* dst, const float (&values)[kPack]) {
-  using Storage = ChunkStorage<T>;
-  Pack<typename Storage::type, kPack> packed;
-#pragma unroll
-  for (int k = 0; k < kPack; ++k) packed.v[k] = Storage::FromFloat(values[k]);
-  *reinterpret_cast<decltype(packed)*>(dst) = packed;
+  PackedBits<T, kPack> packed;
+  packed.Set(values);
+  packed.Store(reinterpret_cast<typename PackedBits<T, kPack>::MemoryPack*>(dst));
 }
 
-// Packs per chunk for a chunk of about kChunkElements values: the same
+// Packs per chunk for a chunk of about `chunk_elements` values: the same
 // number of values, so the same registers, whatever the dtype; unpacked
 // (scalar) rows take a quarter as many, each load being that much narrower.
 __host__ __device__ constexpr int ChunkPacks(int chunk_elements, int pack) {
@@ -132,46 +169,104 @@ struct IntTag {
   static constexpr int value = N;
 };
 
-// The row kernels' shared launch policy. Lanes per row: enough that each
-// thread's share fits one chunk of ChunkPacks(kChunkElements, pack) packs
-// (and at least 8) (so the row stays in registers), rounded up to
-// a power of two; up to 32 lanes a row shares a warp with other rows, beyond
-// that a block of up to kMaxRowThreads takes each row, chunk after chunk. 128-
-// bit packs when the rows are 16-byte aligned. launch(pack, blocks, threads,
-// lanes) does the <<<>>> with the caller's kernel, which must allow
-// kMaxThreads threads a block (__launch_bounds__).
-constexpr int kRowsBlockThreads = 256;
+// A row kernel's launch plan: 128-bit packs or scalars, `chunk` packs a
+// thread (a power of two), `lanes` threads a row.
+struct RowLaunch {
+  bool packed;
+  int chunk;
+  int lanes;
+  int blocks;
+  int threads;
+};
 
-template <typename T, int kChunkElements, int kMaxThreads, typename Launch>
-ffi::Error LaunchRowKernel(const char* what, int64_t rows, int64_t cols, bool aligned,
-                           Launch launch) {
-  constexpr int kPack = kPack128<T>;
-  const bool packed = aligned && cols % kPack == 0;
-  const int64_t num_packs = packed ? cols / kPack : cols;
-  const int chunk = packed ? ChunkPacks(kChunkElements, kPack) : ChunkPacks(kChunkElements, 1);
-  const int64_t lanes_wanted = (num_packs + chunk - 1) / chunk;
-  // At least 8 lanes (128 bytes of a row per load instruction) when the row
-  // has the packs for them: with fewer, each warp load touches more rows'
-  // cache lines than it fills (2 lanes a row ran softmax at a third of
-  // XLA's speed on 128-column rows).
-  const int64_t lanes_floor = num_packs < 8 ? num_packs : 8;
+constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp lanes
+
+// The row kernels' shared launch policy, for rows of `num_packs` packs, from
+// timing each kernel under several plans on the H200
+// (scripts/row_policy_bench.cu; docs/performance_notes.md, v3):
+// - lanes a row: at least `team_lanes` (64 or 128, each kernel's fastest)
+//   while each still gets 4 packs (64 bytes in flight a thread), more where
+//   the row needs them to fit `max_chunk` packs
+//   a thread, and at least 8 (128 bytes of a row per warp load: with 2 lanes
+//   a row each warp load touched 16 rows' cache lines); a power of two up to
+//   `max_threads`. Up to 32 lanes share a warp with other rows; beyond, a
+//   block takes each row: small blocks, whose load, reduce and store phases
+//   overlap with other blocks', beat large ones.
+// - chunk: the fewest packs a thread that hold the row (a power of two), so
+//   short rows keep few registers and many warps resident. Rows longer than
+//   max_threads * max_chunk packs are streamed through, chunk after chunk.
+// - grid: one team a row, capped at 4 waves of resident blocks; the kernels
+//   loop over the remaining rows.
+inline int RowLanes(int64_t num_packs, int max_chunk, int max_threads, int team_lanes) {
+  constexpr int64_t kMinChunk = 4;
+  const int64_t lanes_for_chunk = (num_packs + max_chunk - 1) / max_chunk;
+  const int64_t lanes_for_overlap =
+      std::min<int64_t>(team_lanes, (num_packs + kMinChunk - 1) / kMinChunk);
+  const int64_t lanes_wanted =
+      std::max({lanes_for_chunk, lanes_for_overlap, std::min<int64_t>(num_packs, 8)});
   int lanes = 1;
-  while ((lanes < lanes_wanted || lanes < lanes_floor) && lanes < kMaxThreads) lanes *= 2;
+  while (lanes < lanes_wanted && lanes < max_threads) lanes *= 2;
+  return lanes;
+}
+
+// The plan for a given number of lanes a row (a power of two).
+inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, bool packed, int lanes,
+                                        int max_chunk, int sm_count) {
+  int chunk = 1;
+  while (int64_t{lanes} * chunk < num_packs && chunk < max_chunk) chunk *= 2;
   const int threads = lanes <= 32 ? kRowsBlockThreads : lanes;
   const int64_t rows_per_block = threads / lanes;
+  const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block;
+  const int64_t cap = int64_t{sm_count} * (2048 / threads) * 4;
+  return {packed, chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads};
+}
 
+inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, bool packed, int max_chunk,
+                               int max_threads, int team_lanes, int sm_count) {
+  return PlanRowLaunchWithLanes(rows, num_packs, packed,
+                                RowLanes(num_packs, max_chunk, max_threads, team_lanes), max_chunk,
+                                sm_count);
+}
+
+// f(IntTag<c>{}) for the power of two c == chunk, c <= kMaxChunk.
+template <int kMaxChunk, typename F>
+ffi::Error DispatchChunk(int chunk, F f) {
+  if constexpr (kMaxChunk > 1) {
+    if (chunk < kMaxChunk) return DispatchChunk<kMaxChunk / 2>(chunk, f);
+  }
+  return f(IntTag<kMaxChunk>{});
+}
+
+// kernel<<<plan>>>(args..., plan.lanes).
+template <typename... Params, typename... Args>
+ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch& plan,
+                         void (*kernel)(Params...), Args... args) {
+  kernel<<<plan.blocks, plan.threads, 0, stream>>>(args..., plan.lanes);
+  return CheckCuda(cudaGetLastError(), what);
+}
+
+// Plans a row kernel's launch by Policy (kMaxChunkElements, kMaxThreads,
+// kTeamLanes) and
+// launches select_kernel(IntTag<pack>, IntTag<chunk>) with args...,
+// plan.lanes. 128-bit packs when the rows are 16-byte aligned.
+template <typename T, typename Policy, typename SelectKernel, typename... Args>
+ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, int64_t cols,
+                           bool aligned, SelectKernel select_kernel, Args... args) {
   auto sm_count = SmCount();
   if (!sm_count.has_value()) return sm_count.error();
-  const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block;
-  // Several waves of resident blocks; the kernels' row loop takes the rest.
-  const int64_t cap = int64_t{*sm_count} * (2048 / threads) * 4;
-  const int blocks = static_cast<int>(wanted < cap ? wanted : cap);
-  if (packed) {
-    launch(IntTag<kPack>{}, blocks, threads, lanes);
-  } else {
-    launch(IntTag<1>{}, blocks, threads, lanes);
-  }
-  return CheckCuda(cudaGetLastError(), what);
+  constexpr int kPack = kPack128<T>;
+  const bool packed = aligned && cols % kPack == 0;
+  const RowLaunch plan =
+      PlanRowLaunch(rows, packed ? cols / kPack : cols, packed,
+                    ChunkPacks(Policy::kMaxChunkElements, packed ? kPack : 1), Policy::kMaxThreads,
+                    Policy::kTeamLanes, *sm_count);
+  auto launch = [&](auto pack) {
+    constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, decltype(pack)::value);
+    return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
+      return LaunchRowPlan(what, stream, plan, select_kernel(pack, chunk), args...);
+    });
+  };
+  return packed ? launch(IntTag<kPack>{}) : launch(IntTag<1>{});
 }
 
 }  // namespace jax_camp

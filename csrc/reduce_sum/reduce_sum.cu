@@ -19,12 +19,12 @@ ffi::Error ReduceSumCuda(cudaStream_t stream, ffi::AnyBuffer x,
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.untyped_data());
     T* sums = static_cast<T*>(out->untyped_data());
-    return LaunchRowKernel<T, kChunkElements, kMaxThreads>(
-        "launching reduce_sum", rows, cols, IsAligned(in, 16),
-        [&](auto pack, int blocks, int threads, int lanes) {
-          ReduceSumKernel<T, decltype(pack)::value>
-              <<<blocks, threads, 0, stream>>>(in, sums, rows, cols, lanes);
-        });
+    return LaunchRowKernel<T, Policy>(
+        "launching reduce_sum", stream, rows, cols, IsAligned(in, 16),
+        [](auto pack, auto chunk) {
+          return ReduceSumKernel<T, decltype(pack)::value, decltype(chunk)::value>;
+        },
+        in, sums, rows, cols);
   });
 }
 

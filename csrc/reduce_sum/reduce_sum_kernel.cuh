@@ -12,17 +12,20 @@
 
 namespace jax_camp::reduce_sum {
 
-// 64 values a thread in flight; 512 threads a block leave room for them in
-// registers (nvcc -Xptxas -v: no spills).
-constexpr int kChunkElements = 64;
-constexpr int kMaxThreads = 512;
+// Launch policy (see PlanRowLaunch): up to 64 values a thread in flight;
+// 512 threads a block leave room for them in registers (nvcc -Xptxas -v: no
+// spills).
+struct Policy {
+  static constexpr int kMaxChunkElements = 64;
+  static constexpr int kMaxThreads = 512;
+  static constexpr int kTeamLanes = 64;
+};
 
-template <typename T, int kPack>
-__global__ void __launch_bounds__(kMaxThreads)
+template <typename T, int kPack, int kChunk>
+__global__ void __launch_bounds__(Policy::kMaxThreads)
     ReduceSumKernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols,
                     int lanes) {
   __shared__ float scratch[32];
-  constexpr int kChunk = ChunkPacks(kChunkElements, kPack);
   const RowTeam team(lanes);
   const int64_t num_packs = cols / kPack;
   const int64_t chunk_packs = int64_t{lanes} * kChunk;

@@ -17,12 +17,12 @@ ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.untyped_data());
     T* out = static_cast<T*>(y->untyped_data());
-    return LaunchRowKernel<T, kForwardChunkElements, kForwardMaxThreads>(
-        "launching softmax", rows, cols, IsAligned(in, 16) && IsAligned(out, 16),
-        [&](auto pack, int blocks, int threads, int lanes) {
-          SoftmaxForwardKernel<T, decltype(pack)::value>
-              <<<blocks, threads, 0, stream>>>(in, out, rows, cols, lanes);
-        });
+    return LaunchRowKernel<T, ForwardPolicy>(
+        "launching softmax", stream, rows, cols, IsAligned(in, 16) && IsAligned(out, 16),
+        [](auto pack, auto chunk) {
+          return SoftmaxForwardKernel<T, decltype(pack)::value, decltype(chunk)::value>;
+        },
+        in, out, rows, cols);
   });
 }
 
@@ -40,12 +40,12 @@ ffi::Error SoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBu
     const T* g_data = static_cast<const T*>(g.untyped_data());
     T* dx_data = static_cast<T*>(dx->untyped_data());
     const bool aligned = IsAligned(y_data, 16) && IsAligned(g_data, 16) && IsAligned(dx_data, 16);
-    return LaunchRowKernel<T, kBackwardChunkElements, kBackwardMaxThreads>(
-        "launching softmax_backward", rows, cols, aligned,
-        [&](auto pack, int blocks, int threads, int lanes) {
-          SoftmaxBackwardKernel<T, decltype(pack)::value>
-              <<<blocks, threads, 0, stream>>>(y_data, g_data, dx_data, rows, cols, lanes);
-        });
+    return LaunchRowKernel<T, BackwardPolicy>(
+        "launching softmax_backward", stream, rows, cols, aligned,
+        [](auto pack, auto chunk) {
+          return SoftmaxBackwardKernel<T, decltype(pack)::value, decltype(chunk)::value>;
+        },
+        y_data, g_data, dx_data, rows, cols);
   });
 }
 

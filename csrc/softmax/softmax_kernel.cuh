@@ -2,13 +2,19 @@
 // lanes of a warp, or the block; see row_team.cuh) shares each row; each
 // thread works through its share in register chunks; arithmetic is float32.
 //
-// Forward, two passes over the row instead of the textbook three: each thread
-// keeps an online (max, sum of exp(x - max)) over its share, rescaling its sum
-// when its max grows; the team then agrees on the row max, rescales each
-// partial sum to it and adds them. The second pass writes exp(x - max) / sum.
-// When the row fits in one chunk per thread, the second pass reads registers,
-// not memory. Subtracting the max keeps exp from overflowing on large logits
-// and does not change the result: it cancels between numerator and sum.
+// Forward, when the row fits in the team's registers (the launch policy sees
+// to it up to 32768 columns): one read of x, the row max, then exp(x - max)
+// once per element, kept in registers while the team adds it up, then scaled
+// by 1 / sum and written. One exp per element matters: for 16-bit inputs the
+// SFU's exp2 rate comes close to HBM's with two. (Threads holding 64 values
+// have no registers left for the exps and compute them twice.)
+// Longer rows are streamed, two passes over x instead of the textbook three:
+// each thread keeps an online (max, sum of exp(x - max)) over its share,
+// rescaling its sum when its max grows; the team then agrees on the row max,
+// rescales each partial sum to it and adds them. The second pass writes
+// exp(x - max) / sum. Subtracting the max keeps exp from overflowing on large
+// logits and does not change the result: it cancels between numerator and
+// sum.
 //
 // Backward: dx = y * (g - sum(g * y)), one reduction then one write pass; y is
 // the forward's output, so nothing of the forward is recomputed.
@@ -20,13 +26,23 @@
 
 namespace jax_camp::softmax {
 
-// Chunk sizes and block limits keep every dtype's chunks in registers
-// (nvcc -Xptxas -v reports no spills): 512 threads x 64 values hold a row of
-// 32768 in registers. The backward holds two chunks, y and g.
-constexpr int kForwardChunkElements = 64;
-constexpr int kForwardMaxThreads = 512;
-constexpr int kBackwardChunkElements = 32;
-constexpr int kBackwardMaxThreads = 512;
+// Launch policies (see PlanRowLaunch). Chunk sizes and block limits keep
+// every dtype's chunks in registers (nvcc -Xptxas -v reports no spills):
+// 512 threads x 64 values hold a row of 32768. The backward holds two chunks,
+// y and g.
+// kTeamLanes from scripts/row_policy_bench.cu on the H200: the forward ran
+// 1280- and 1536-column float32 rows 5-10% faster with 128 lanes than with
+// 64; the backward ran 1280 columns 40% slower.
+struct ForwardPolicy {
+  static constexpr int kMaxChunkElements = 64;
+  static constexpr int kMaxThreads = 512;
+  static constexpr int kTeamLanes = 128;
+};
+struct BackwardPolicy {
+  static constexpr int kMaxChunkElements = 32;
+  static constexpr int kMaxThreads = 512;
+  static constexpr int kTeamLanes = 64;
+};
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
 // below float32 softmax's tolerance, and it keeps 16-bit inputs memory-bound.
@@ -46,59 +62,112 @@ __device__ __forceinline__ float ShiftedExp(float v, float running_max) {
   return running_max == -INFINITY ? 0.f : Exp(v - running_max);
 }
 
-template <typename T, int kPack>
-__global__ void __launch_bounds__(kForwardMaxThreads)
+// One row held whole in the team's registers.
+template <typename T, int kPack, int kChunk>
+__device__ __forceinline__ void SoftmaxRowInRegisters(const T* x, T* y, int64_t packs,
+                                                      const RowTeam& team, float* scratch) {
+  RowChunk<T, kPack, kChunk> chunk;
+  chunk.Load(x, packs, 0, team);
+  float thread_max = -INFINITY;
+  chunk.ForEach(packs, 0, team, [&](int, int64_t, const float(&v)[kPack]) {
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) thread_max = MaxPropagateNan(thread_max, v[k]);
+  });
+  const float row_max = team.Reduce(thread_max, MaxOp{}, scratch);
+  // Up to 32 values a thread the exps stay in registers; at 64, holding them
+  // beside the chunk spilled (nvcc -Xptxas -v), so they are computed again,
+  // as in the scalar path (unaligned rows), where keeping them spilled too.
+  constexpr bool kKeepExps = kPack > 1 && kChunk * kPack <= 32;
+  float e[kKeepExps ? kChunk : 1][kPack];
+  float thread_sum = 0.f;
+  chunk.ForEach(packs, 0, team, [&](int i, int64_t, const float(&v)[kPack]) {
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) {
+      const float exp = Exp(v[k] - row_max);
+      if constexpr (kKeepExps) e[i][k] = exp;
+      thread_sum += exp;
+    }
+  });
+  const float inv_sum = 1.f / team.Reduce(thread_sum, SumOp{}, scratch);
+  chunk.ForEach(packs, 0, team, [&](int i, int64_t col, const float(&v)[kPack]) {
+    float out[kPack];
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) {
+      if constexpr (kKeepExps) {
+        out[k] = e[i][k] * inv_sum;
+      } else {
+        out[k] = Exp(v[k] - row_max) * inv_sum;
+      }
+    }
+    StorePack(y + col, out);
+  });
+}
+
+// One row streamed through the registers, a chunk at a time (see the top).
+template <typename T, int kPack, int kChunk>
+__device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t packs,
+                                                   const RowTeam& team, float* scratch) {
+  const int64_t chunk_packs = int64_t{team.lanes} * kChunk;
+  RowChunk<T, kPack, kChunk> chunk;
+  float thread_max = -INFINITY;
+  float thread_sum = 0.f;
+  for (int64_t base = 0; base < packs; base += chunk_packs) {
+    chunk.Load(x, packs, base, team);
+    chunk.ForEach(packs, base, team, [&](int, int64_t, const float(&v)[kPack]) {
+      float pack_max = v[0];
+#pragma unroll
+      for (int k = 1; k < kPack; ++k) pack_max = MaxPropagateNan(pack_max, v[k]);
+      const float new_max = MaxPropagateNan(thread_max, pack_max);
+      thread_sum *= RescaleFactor(thread_max, new_max);
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) thread_sum += ShiftedExp(v[k], new_max);
+      thread_max = new_max;
+    });
+  }
+  const float row_max = team.Reduce(thread_max, MaxOp{}, scratch);
+  const float row_sum =
+      team.Reduce(thread_sum * RescaleFactor(thread_max, row_max), SumOp{}, scratch);
+  const float inv_sum = 1.f / row_sum;
+  for (int64_t base = 0; base < packs; base += chunk_packs) {
+    chunk.Load(x, packs, base, team);
+    chunk.ForEach(packs, base, team, [&](int, int64_t col, const float(&v)[kPack]) {
+      float out[kPack];
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) out[k] = Exp(v[k] - row_max) * inv_sum;
+      StorePack(y + col, out);
+    });
+  }
+}
+
+template <typename T, int kPack, int kChunk>
+__global__ void __launch_bounds__(ForwardPolicy::kMaxThreads, 1)
     SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
                          int lanes) {
   __shared__ float scratch[32];
-  constexpr int kChunk = ChunkPacks(kForwardChunkElements, kPack);
   const RowTeam team(lanes);
   const int64_t num_packs = cols / kPack;
-  const int64_t chunk_packs = int64_t{lanes} * kChunk;
-  const bool row_in_registers = num_packs <= chunk_packs;
+  // The launch policy streams rows only at the largest chunk; smaller chunks
+  // compile the in-register path alone.
+  const bool row_in_registers = kChunk < ChunkPacks(ForwardPolicy::kMaxChunkElements, kPack) ||
+                                num_packs <= int64_t{lanes} * kChunk;
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
     const int64_t packs = valid ? num_packs : 0;
     const int64_t offset = (valid ? row : 0) * cols;
-    RowChunk<T, kPack, kChunk> chunk;
-    float thread_max = -INFINITY;
-    float thread_sum = 0.f;
-    for (int64_t base = 0; base < packs; base += chunk_packs) {
-      chunk.Load(x + offset, packs, base, team);
-      chunk.ForEach(packs, base, team, [&](int, int64_t, const float(&v)[kPack]) {
-        float pack_max = v[0];
-#pragma unroll
-        for (int k = 1; k < kPack; ++k) pack_max = MaxPropagateNan(pack_max, v[k]);
-        const float new_max = MaxPropagateNan(thread_max, pack_max);
-        thread_sum *= RescaleFactor(thread_max, new_max);
-#pragma unroll
-        for (int k = 0; k < kPack; ++k) thread_sum += ShiftedExp(v[k], new_max);
-        thread_max = new_max;
-      });
-    }
-    const float row_max = team.Reduce(thread_max, MaxOp{}, scratch);
-    const float row_sum =
-        team.Reduce(thread_sum * RescaleFactor(thread_max, row_max), SumOp{}, scratch);
-    const float inv_sum = 1.f / row_sum;
-    for (int64_t base = 0; base < packs; base += chunk_packs) {
-      if (!row_in_registers) chunk.Load(x + offset, packs, base, team);
-      chunk.ForEach(packs, base, team, [&](int, int64_t col, const float(&v)[kPack]) {
-        float out[kPack];
-#pragma unroll
-        for (int k = 0; k < kPack; ++k) out[k] = Exp(v[k] - row_max) * inv_sum;
-        StorePack(y + offset + col, out);
-      });
+    if (row_in_registers) {
+      SoftmaxRowInRegisters<T, kPack, kChunk>(x + offset, y + offset, packs, team, scratch);
+    } else {
+      SoftmaxRowStreamed<T, kPack, kChunk>(x + offset, y + offset, packs, team, scratch);
     }
   }
 }
 
-template <typename T, int kPack>
-__global__ void __launch_bounds__(kBackwardMaxThreads)
+template <typename T, int kPack, int kChunk>
+__global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
     SoftmaxBackwardKernel(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
                           int64_t rows, int64_t cols, int lanes) {
   __shared__ float scratch[32];
-  constexpr int kChunk = ChunkPacks(kBackwardChunkElements, kPack);
   const RowTeam team(lanes);
   const int64_t num_packs = cols / kPack;
   const int64_t chunk_packs = int64_t{lanes} * kChunk;

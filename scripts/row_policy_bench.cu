@@ -1,0 +1,105 @@
+// Times the row kernels (softmax forward and backward, reduce_sum) under the
+// launch policy's plan (PlanRowLaunch) and under half and twice its lanes a
+// row, with CUDA events: the check that the policy picks the fastest of its
+// neighbours. Not part of the package: built by hand for the GPU at hand,
+//   nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
+//     -I$(python -c "import jax.ffi; print(jax.ffi.include_dir())") \
+//     scripts/row_policy_bench.cu -o build/row_policy_bench
+// and prints microseconds per call for each shape, dtype and plan
+// (c: packs a thread, l: lanes a row), the policy's plan in the middle.
+#include <cstdio>
+#include <vector>
+
+#include "../csrc/reduce_sum/reduce_sum_kernel.cuh"
+#include "../csrc/softmax/softmax_kernel.cuh"
+
+namespace jax_camp {
+namespace {
+
+#define BENCH_CHECK(call)                                                             \
+  do {                                                                                \
+    cudaError_t status_ = (call);                                                     \
+    if (status_ != cudaSuccess) {                                                     \
+      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(status_)); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+
+template <typename T, typename Policy, typename Select, typename... Args>
+void TimePlan(int lanes_scale, int64_t rows, int64_t cols, Select select, Args... args) {
+  constexpr int kPack = kPack128<T>;
+  constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, kPack);
+  int sm_count = 0;
+  BENCH_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
+  const int64_t num_packs = cols / kPack;
+  int lanes = RowLanes(num_packs, kMaxChunk, Policy::kMaxThreads, Policy::kTeamLanes);
+  lanes = lanes_scale > 0 ? lanes * lanes_scale : lanes / -lanes_scale;
+  if (lanes < 1 || lanes > Policy::kMaxThreads || int64_t{lanes} * kMaxChunk < num_packs) {
+    std::printf(" %20s", "-");
+    return;
+  }
+  const RowLaunch plan =
+      PlanRowLaunchWithLanes(rows, num_packs, true, lanes, kMaxChunk, sm_count);
+  auto launch = [&] {
+    return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
+      return LaunchRowPlan("bench", nullptr, plan, select(IntTag<kPack>{}, chunk), args...);
+    });
+  };
+  for (int i = 0; i < 3; ++i) launch();
+  cudaEvent_t start, stop;
+  BENCH_CHECK(cudaEventCreate(&start));
+  BENCH_CHECK(cudaEventCreate(&stop));
+  constexpr int kCalls = 20;
+  BENCH_CHECK(cudaEventRecord(start));
+  for (int i = 0; i < kCalls; ++i) launch();
+  BENCH_CHECK(cudaEventRecord(stop));
+  BENCH_CHECK(cudaEventSynchronize(stop));
+  BENCH_CHECK(cudaGetLastError());
+  float ms = 0;
+  BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  std::printf(" %7.1f us (c%2d,l%3d)", ms * 1000 / kCalls, plan.chunk, plan.lanes);
+}
+
+template <typename T>
+void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
+  T *x, *y, *g;
+  const size_t bytes = rows * cols * sizeof(T);
+  BENCH_CHECK(cudaMalloc(&x, bytes));
+  BENCH_CHECK(cudaMalloc(&y, bytes));
+  BENCH_CHECK(cudaMalloc(&g, bytes));
+  BENCH_CHECK(cudaMemset(x, 0x3c, bytes));  // finite values, not zeros
+  BENCH_CHECK(cudaMemset(g, 0x3c, bytes));
+  const int scales[] = {-2, 1, 2};  // half, the policy's, twice the lanes
+  std::printf("forward  %-8s %6lldx%-6lld", dtype, (long long)rows, (long long)cols);
+  for (int t : scales)
+    TimePlan<T, softmax::ForwardPolicy>(
+        t, rows, cols,
+        [](auto p, auto c) { return softmax::SoftmaxForwardKernel<T, decltype(p)::value, decltype(c)::value>; },
+        (const T*)x, y, rows, cols);
+  std::printf("\nbackward %-8s %6lldx%-6lld", dtype, (long long)rows, (long long)cols);
+  for (int t : scales)
+    TimePlan<T, softmax::BackwardPolicy>(
+        t, rows, cols,
+        [](auto p, auto c) { return softmax::SoftmaxBackwardKernel<T, decltype(p)::value, decltype(c)::value>; },
+        (const T*)y, (const T*)g, x, rows, cols);
+  std::printf("\nreduce   %-8s %6lldx%-6lld", dtype, (long long)rows, (long long)cols);
+  for (int t : scales)
+    TimePlan<T, reduce_sum::Policy>(
+        t, rows, cols,
+        [](auto p, auto c) { return reduce_sum::ReduceSumKernel<T, decltype(p)::value, decltype(c)::value>; },
+        (const T*)x, y, rows, cols);
+  std::printf("\n");
+  BENCH_CHECK(cudaFree(x));
+  BENCH_CHECK(cudaFree(y));
+  BENCH_CHECK(cudaFree(g));
+}
+
+}  // namespace
+}  // namespace jax_camp
+
+int main() {
+  const long long shapes[][2] = {{8192, 8192},  {65536, 1024}, {4096, 32768}, {262144, 128},
+                                 {1024, 262144}, {1008, 1280},  {4080, 1536}};
+  for (auto& s : shapes) jax_camp::BenchShape<float>("float32", s[0], s[1]);
+  for (auto& s : shapes) jax_camp::BenchShape<__nv_bfloat16>("bfloat16", s[0], s[1]);
+}
