@@ -15,13 +15,15 @@ from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_
 
 # The camp's shapes, unaligned and odd sizes, one column, rows longer than a
 # warp team takes (1024), more rows than a grid-stride loop's first sweep
-# covers. On the GPU, rows past one block's registers take a cluster of 2 to 8
-# blocks (40_000 and 65_544 columns, packed; 40_001, scalar), and rows past a
-# cluster's are streamed (300_000 columns here, 1_000_003 in test_long_rows).
+# covers. On the GPU they reach every chunk size the launch policy picks
+# (1-16 packs a thread, 16-byte or scalar), in registers and streamed (rows
+# past 32768 values forward, 16384 backward), for float32 and 16-bit types:
+# e.g. 8 columns take one pack a thread, 3000 and 5000 float32 columns 8 and
+# 16, 40_000 and 40_001 are streamed.
 SHAPES = [
-    (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,),
+    (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,), (5, 8),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
-    (3, 5, 64), (70000, 3),
+    (3, 5, 64), (70000, 3), (4, 3000), (3, 5000),
     (3, 40_000), (3, 40_001), (2, 65_544), (2, 300_000),
 ]
 
@@ -110,6 +112,20 @@ def test_grad_matches_jax(backend):
     ours = jax.grad(lambda v: jnp.sum(jax_camp.softmax(v, backend=backend) * w))(x)
     theirs = jax.grad(lambda v: jnp.sum(jax.nn.softmax(v) * w))(x)
     assert_close(ours, f64(theirs), jnp.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_vjp_matches_reference(shape, dtype, backend):
+    """The backward kernel on every launch path: dx = y * (g - sum(g * y))."""
+    x = random_normal(shape, dtype, scale=3.0)
+    g = random_normal(shape, dtype)
+    y, vjp = jax.vjp(lambda v: jax_camp.softmax(v, backend=backend), x)
+    (dx,) = vjp(g)
+    assert dx.shape == x.shape and dx.dtype == x.dtype
+    y64 = f64(y)
+    expected = y64 * (f64(g) - np.sum(f64(g) * y64, axis=-1, keepdims=True))
+    assert_close(dx, expected, dtype)
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
