@@ -186,10 +186,9 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp la
 // (scripts/row_policy_bench.cu; docs/performance_notes.md, v3):
 // - lanes a row: at least `team_lanes` (64 or 128, each kernel's fastest)
 //   while each still gets 4 packs (64 bytes in flight a thread), more where
-//   the row needs them to fit `max_chunk` packs
-//   a thread, and at least 8 (128 bytes of a row per warp load: with 2 lanes
-//   a row each warp load touched 16 rows' cache lines); a power of two up to
-//   `max_threads`. Up to 32 lanes share a warp with other rows; beyond, a
+//   the row needs them to fit `max_chunk` packs a thread, and at least 8 (128
+//   bytes of a row per warp load: with 2 lanes a row each warp load touched
+//   16 rows' cache lines); a power of two up to `max_threads`. Up to 32 lanes share a warp with other rows; beyond, a
 //   block takes each row: small blocks, whose load, reduce and store phases
 //   overlap with other blocks', beat large ones.
 // - chunk: the fewest packs a thread that hold the row (a power of two), so
@@ -246,9 +245,8 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
 }
 
 // Plans a row kernel's launch by Policy (kMaxChunkElements, kMaxThreads,
-// kTeamLanes) and
-// launches select_kernel(IntTag<pack>, IntTag<chunk>) with args...,
-// plan.lanes. 128-bit packs when the rows are 16-byte aligned.
+// kTeamLanes) and launches select_kernel(IntTag<pack>, IntTag<chunk>) with
+// args..., plan.lanes. 128-bit packs when the rows are 16-byte aligned.
 template <typename T, typename Policy, typename SelectKernel, typename... Args>
 ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, int64_t cols,
                            bool aligned, SelectKernel select_kernel, Args... args) {

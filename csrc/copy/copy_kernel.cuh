@@ -9,7 +9,10 @@
 
 namespace jax_camp::copy {
 
-constexpr int kUnroll = 4;
+// Two 16-byte packs a thread a tile: with four, 48-64 registers a thread
+// left 4 blocks an SM and float32 ran 3-5% slower on the H200
+// (benchmarks/results/2026-11-29-h200-v3b-elementwise.txt).
+constexpr int kUnroll = 2;
 
 template <typename T, int kPack>
 __global__ void CopyKernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
