@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "ffi_common.h"
 
@@ -49,6 +50,91 @@ constexpr int kPack128 = 16 / sizeof(T);
 inline bool IsAligned(const void* ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
+
+// Packs in registers as raw bits in 32-bit words (two 16-bit values a word),
+// converted to float32 where used. Loads and stores go through whole words,
+// so they stay 128-bit: a Pack<__nv_bfloat16, 8> read element by element
+// compiled to eight 16-bit loads. And nvcc keeps arrays of plain words in
+// registers, where arrays of __nv_bfloat16 (and of unsigned short) went to
+// the stack.
+template <typename T>
+struct ValueBits;
+template <>
+struct ValueBits<float> {
+  static __device__ __forceinline__ float ToFloat(unsigned bits) { return __uint_as_float(bits); }
+  static __device__ __forceinline__ unsigned FromFloat(float v) { return __float_as_uint(v); }
+};
+template <>
+struct ValueBits<__nv_bfloat16> {
+  static __device__ __forceinline__ float ToFloat(unsigned bits) {
+    return __uint_as_float(bits << 16);
+  }
+  static __device__ __forceinline__ unsigned FromFloat(float v) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+};
+template <>
+struct ValueBits<__half> {
+  static __device__ __forceinline__ float ToFloat(unsigned bits) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  }
+  static __device__ __forceinline__ unsigned FromFloat(float v) {
+    return __half_as_ushort(__float2half_rn(v));
+  }
+};
+
+// kPack values of T as 32-bit words in registers. In memory a pack is one
+// access of kPack * sizeof(T) bytes (a lone 16-bit value is loaded as such and
+// widened).
+template <typename T, int kPack>
+struct PackedBits {
+  using MemoryWord = std::conditional_t<(sizeof(T) * kPack >= 4), unsigned, unsigned short>;
+  static constexpr int kPerWord = sizeof(MemoryWord) / sizeof(T);
+  static constexpr int kWords = kPack / kPerWord;
+  static constexpr int kBits = 8 * sizeof(T);
+  using MemoryPack = Pack<MemoryWord, kWords>;
+  unsigned words[kWords];
+
+  // 16-byte packs move as one 128-bit access. The store is spelled out in
+  // PTX: written through a struct or a uint4, nvcc's optimizer split some of
+  // the row kernels' stores into four 4-byte ones.
+  __device__ __forceinline__ void Load(const MemoryPack* src) {
+    if constexpr (sizeof(MemoryPack) == 16) {
+      const uint4 v = *reinterpret_cast<const uint4*>(src);
+      words[0] = v.x, words[1] = v.y, words[2] = v.z, words[3] = v.w;
+    } else {
+      const MemoryPack pack = *src;
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) words[w] = pack.v[w];
+    }
+  }
+  __device__ __forceinline__ void Store(MemoryPack* dst) const {
+    if constexpr (sizeof(MemoryPack) == 16) {
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(dst), "r"(words[0]),
+                   "r"(words[1]), "r"(words[2]), "r"(words[3])
+                   : "memory");
+    } else {
+      MemoryPack pack;
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) pack.v[w] = static_cast<MemoryWord>(words[w]);
+      *dst = pack;
+    }
+  }
+  __device__ __forceinline__ float Get(int k) const {
+    const unsigned word = words[k / kPerWord];
+    return ValueBits<T>::ToFloat(kPerWord == 1 ? word : (word >> (kBits * (k % kPerWord))) & 0xffffu);
+  }
+  __device__ __forceinline__ void Set(const float (&values)[kPack]) {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+      unsigned word = 0;
+#pragma unroll
+      for (int j = 0; j < kPerWord; ++j)
+        word |= ValueBits<T>::FromFloat(values[w * kPerWord + j]) << (kBits * j);
+      words[w] = word;
+    }
+  }
+};
 
 // NaN-propagating max, as jnp.max: fmaxf would drop a NaN.
 __device__ __forceinline__ float MaxPropagateNan(float a, float b) {

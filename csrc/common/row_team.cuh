@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda_common.cuh"
 
@@ -40,75 +39,6 @@ struct RowTeam {
     for (int offset = lanes / 2; offset > 0; offset >>= 1)
       v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
     return v;
-  }
-};
-
-// How a chunk holds T: as raw bits in 32-bit words (two 16-bit values a
-// word), converted to float32 where used. nvcc keeps arrays of plain words in
-// registers, where arrays of __nv_bfloat16 (and of unsigned short) went to the
-// stack.
-template <typename T>
-struct ValueBits;
-template <>
-struct ValueBits<float> {
-  static __device__ __forceinline__ float ToFloat(unsigned bits) { return __uint_as_float(bits); }
-  static __device__ __forceinline__ unsigned FromFloat(float v) { return __float_as_uint(v); }
-};
-template <>
-struct ValueBits<__nv_bfloat16> {
-  static __device__ __forceinline__ float ToFloat(unsigned bits) {
-    return __uint_as_float(bits << 16);
-  }
-  static __device__ __forceinline__ unsigned FromFloat(float v) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  }
-};
-template <>
-struct ValueBits<__half> {
-  static __device__ __forceinline__ float ToFloat(unsigned bits) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-  }
-  static __device__ __forceinline__ unsigned FromFloat(float v) {
-    return __half_as_ushort(__float2half_rn(v));
-  }
-};
-
-// kPack values of T as 32-bit words in registers. In memory a pack is one
-// access of kPack * sizeof(T) bytes (a lone 16-bit value is loaded as such and
-// widened).
-template <typename T, int kPack>
-struct PackedBits {
-  using MemoryWord = std::conditional_t<(sizeof(T) * kPack >= 4), unsigned, unsigned short>;
-  static constexpr int kPerWord = sizeof(MemoryWord) / sizeof(T);
-  static constexpr int kWords = kPack / kPerWord;
-  static constexpr int kBits = 8 * sizeof(T);
-  using MemoryPack = Pack<MemoryWord, kWords>;
-  unsigned words[kWords];
-
-  __device__ __forceinline__ void Load(const MemoryPack* src) {
-    const MemoryPack pack = *src;
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) words[w] = pack.v[w];
-  }
-  __device__ __forceinline__ void Store(MemoryPack* dst) const {
-    MemoryPack pack;
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) pack.v[w] = static_cast<MemoryWord>(words[w]);
-    *dst = pack;
-  }
-  __device__ __forceinline__ float Get(int k) const {
-    const unsigned word = words[k / kPerWord];
-    return ValueBits<T>::ToFloat(kPerWord == 1 ? word : (word >> (kBits * (k % kPerWord))) & 0xffffu);
-  }
-  __device__ __forceinline__ void Set(const float (&values)[kPack]) {
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) {
-      unsigned word = 0;
-#pragma unroll
-      for (int j = 0; j < kPerWord; ++j)
-        word |= ValueBits<T>::FromFloat(values[w * kPerWord + j]) << (kBits * j);
-      words[w] = word;
-    }
   }
 };
 

@@ -14,32 +14,36 @@ namespace jax_camp::vector_add {
 // (benchmarks/results/2026-11-29-h200-v3b-elementwise.txt).
 constexpr int kUnroll = 2;
 
+// The sum of the kPack values at a and at b, in float32, rounded once.
 template <typename T, int kPack>
-__device__ __forceinline__ Pack<T, kPack> AddPacks(const Pack<T, kPack>& a,
-                                                   const Pack<T, kPack>& b) {
-  Pack<T, kPack> sum;
+__device__ __forceinline__ PackedBits<T, kPack> AddPacks(const T* a, const T* b) {
+  using Bits = PackedBits<T, kPack>;
+  Bits a_bits, b_bits, sum_bits;
+  a_bits.Load(reinterpret_cast<const typename Bits::MemoryPack*>(a));
+  b_bits.Load(reinterpret_cast<const typename Bits::MemoryPack*>(b));
+  float sum[kPack];
 #pragma unroll
-  for (int k = 0; k < kPack; ++k) sum.v[k] = FromFloat<T>(ToFloat(a.v[k]) + ToFloat(b.v[k]));
-  return sum;
+  for (int k = 0; k < kPack; ++k) sum[k] = a_bits.Get(k) + b_bits.Get(k);
+  sum_bits.Set(sum);
+  return sum_bits;
 }
 
 template <typename T, int kPack>
 __global__ void VectorAddKernel(const T* __restrict__ x, const T* __restrict__ y,
                                 T* __restrict__ out, int64_t n) {
-  using Vec = Pack<T, kPack>;
-  const Vec* x_packs = reinterpret_cast<const Vec*>(x);
-  const Vec* y_packs = reinterpret_cast<const Vec*>(y);
-  Vec* out_packs = reinterpret_cast<Vec*>(out);
   const int64_t num_packs = n / kPack;
   GridStride<kUnroll>(
-      num_packs, [&](int64_t i) { return AddPacks(x_packs[i], y_packs[i]); },
-      [&](int64_t i, const Vec& v) { out_packs[i] = v; });
-  using Scalar = Pack<T, 1>;
+      num_packs, [&](int64_t i) { return AddPacks<T, kPack>(x + i * kPack, y + i * kPack); },
+      [&](int64_t i, const PackedBits<T, kPack>& sum) {
+        sum.Store(reinterpret_cast<typename PackedBits<T, kPack>::MemoryPack*>(out + i * kPack));
+      });
+  // The n % kPack elements past the last whole pack.
   const int64_t done = num_packs * kPack;
   GridStride<1>(
-      n - done,
-      [&](int64_t i) { return AddPacks(Scalar{{x[done + i]}}, Scalar{{y[done + i]}}); },
-      [&](int64_t i, const Scalar& v) { out[done + i] = v.v[0]; });
+      n - done, [&](int64_t i) { return AddPacks<T, 1>(x + done + i, y + done + i); },
+      [&](int64_t i, const PackedBits<T, 1>& sum) {
+        sum.Store(reinterpret_cast<typename PackedBits<T, 1>::MemoryPack*>(out + done + i));
+      });
 }
 
 }  // namespace jax_camp::vector_add
