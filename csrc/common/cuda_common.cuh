@@ -21,11 +21,7 @@ struct DeviceTypes {
   using F16 = __half;
 };
 
-// 16-bit inputs are computed in float32 and rounded once on the way out.
-__device__ __forceinline__ float ToFloat(float v) { return v; }
-__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
-
+// 16-bit results are computed in float32 and rounded once on the way out.
 template <typename T>
 __device__ __forceinline__ T FromFloat(float v);
 template <>
@@ -96,8 +92,9 @@ struct PackedBits {
   unsigned words[kWords];
 
   // 16-byte packs move as one 128-bit access. The store is spelled out in
-  // PTX: written through a struct or a uint4, nvcc's optimizer split some of
-  // the row kernels' stores into four 4-byte ones.
+  // PTX (dst must be global memory): written through a struct or a uint4,
+  // nvcc's optimizer split some of the row kernels' stores into four 4-byte
+  // ones.
   __device__ __forceinline__ void Load(const MemoryPack* src) {
     if constexpr (sizeof(MemoryPack) == 16) {
       const uint4 v = *reinterpret_cast<const uint4*>(src);
