@@ -99,6 +99,17 @@ struct IntTag {
   static constexpr int value = N;
 };
 
+// A row kernel's launch limits: the most values a thread holds
+// (kMaxChunkElements), the most threads a row (kMaxThreads, the kernel's
+// __launch_bounds__), and the lanes a row it prefers (kTeamLanes; see
+// RowLanes).
+template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue>
+struct RowPolicy {
+  static constexpr int kMaxChunkElements = kMaxChunkElementsValue;
+  static constexpr int kMaxThreads = kMaxThreadsValue;
+  static constexpr int kTeamLanes = kTeamLanesValue;
+};
+
 // A row kernel's launch plan: 128-bit packs or scalars, `chunk` packs a
 // thread (a power of two), `lanes` threads a row.
 struct RowLaunch {
@@ -174,8 +185,7 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
   return CheckCuda(cudaGetLastError(), what);
 }
 
-// Plans a row kernel's launch by Policy (kMaxChunkElements, kMaxThreads,
-// kTeamLanes) and launches select_kernel(IntTag<pack>, IntTag<chunk>) with
+// Plans a row kernel's launch by its RowPolicy and launches select_kernel(IntTag<pack>, IntTag<chunk>) with
 // args..., plan.lanes. 128-bit packs when the rows are 16-byte aligned.
 template <typename T, typename Policy, typename SelectKernel, typename... Args>
 ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, int64_t cols,

@@ -15,11 +15,7 @@ namespace jax_camp::reduce_sum {
 // Launch policy (see PlanRowLaunch): up to 64 values a thread in flight;
 // 512 threads a block leave room for them in registers (nvcc -Xptxas -v: no
 // spills).
-struct Policy {
-  static constexpr int kMaxChunkElements = 64;
-  static constexpr int kMaxThreads = 512;
-  static constexpr int kTeamLanes = 64;
-};
+using Policy = RowPolicy<64, 512, 64>;
 
 template <typename T, int kPack, int kChunk>
 __global__ void __launch_bounds__(Policy::kMaxThreads)

@@ -33,16 +33,8 @@ namespace jax_camp::softmax {
 // kTeamLanes from scripts/row_policy_bench.cu on the H200: the forward ran
 // 1280- and 1536-column float32 rows 5-10% faster with 128 lanes than with
 // 64; the backward ran 1280 columns 40% slower.
-struct ForwardPolicy {
-  static constexpr int kMaxChunkElements = 64;
-  static constexpr int kMaxThreads = 512;
-  static constexpr int kTeamLanes = 128;
-};
-struct BackwardPolicy {
-  static constexpr int kMaxChunkElements = 32;
-  static constexpr int kMaxThreads = 512;
-  static constexpr int kTeamLanes = 64;
-};
+using ForwardPolicy = RowPolicy<64, 512, 128>;
+using BackwardPolicy = RowPolicy<32, 512, 64>;
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
 // below float32 softmax's tolerance, and it keeps 16-bit inputs memory-bound.
