@@ -1,0 +1,110 @@
+"""What nvcc makes of the CUDA kernels, checked without a GPU.
+
+Runs wherever nvcc is (CI has it); skips elsewhere. Compiles each csrc/<op>/<op>.cu
+for sm_90 and checks the two properties the kernels' speed rests on, which a
+correct result does not show:
+- no register spills, in any instantiation (nvcc -Xptxas -v): a spilled row
+  chunk goes through local memory, as happened twice while the row kernels
+  were tuned;
+- 128-bit global accesses wherever the data comes in 16-byte packs (the PTX):
+  the bfloat16 vector_add once read its packs 16 bits at a time and ran at
+  0.89x XLA, and nvcc once split some of softmax's 16-byte stores in four.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import jax.ffi
+
+ROOT = Path(__file__).resolve().parent.parent
+OPS = ("copy", "vector_add", "reduce_sum", "softmax")
+
+
+def _nvcc() -> str | None:
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidate = os.path.join(cuda_home, "bin", "nvcc")
+    return shutil.which("nvcc") or (candidate if os.path.exists(candidate) else None)
+
+
+NVCC = _nvcc()
+pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+
+
+def _compile(op: str, tmp: Path) -> tuple[str, str]:
+    """(ptxas -v report, PTX) of csrc/<op>/<op>.cu for sm_90."""
+    common = [
+        NVCC, "-std=c++17", "-O3", "-arch=sm_90", "--expt-relaxed-constexpr",
+        f"-I{jax.ffi.include_dir()}", str(ROOT / "csrc" / op / f"{op}.cu"),
+    ]
+    report = subprocess.run(
+        [*common, "-Xptxas", "-v", "-c", "-o", str(tmp / f"{op}.o")],
+        capture_output=True, text=True, check=True,
+    ).stderr
+    subprocess.run([*common, "-ptx", "-o", str(tmp / f"{op}.ptx")], capture_output=True, check=True)
+    return report, (tmp / f"{op}.ptx").read_text()
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory) -> dict[str, tuple[str, str]]:
+    tmp = tmp_path_factory.mktemp("nvcc")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {op: pool.submit(_compile, op, tmp) for op in OPS}
+        return {op: future.result() for op, future in futures.items()}
+
+
+def _kernels(ptx: str) -> dict[str, str]:
+    """Mangled name -> PTX body of each kernel."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"\.entry (\S+)\((.*?)\n}\n", ptx, re.S)}
+
+
+def _pack(name: str) -> int:
+    """The kPack template argument of a kernel's mangled name (the int after its type)."""
+    return int(re.search(r"Kernel(?:I(?:f|6__half|13__nv_bfloat16))Li(\d+)E", name).group(1))
+
+
+def _global_accesses(body: str) -> tuple[list[str], list[str]]:
+    """(vector, scalar) global loads and stores of a PTX body."""
+    ops = re.findall(r"\b((?:ld|st)\.global(?:\.nc)?\.(?:v\d\.)?\w+)", body)
+    return [o for o in ops if ".v4." in o], [o for o in ops if ".v4." not in o]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_no_spills(builds, op):
+    report, _ = builds[op]
+    functions = re.findall(r"Function properties for (\S+)\n\s*(\d+) bytes stack frame, "
+                           r"(\d+) bytes spill stores, (\d+) bytes spill loads", report)
+    assert functions, report
+    spilling = [name for name, stack, stores, loads in functions if int(stores) or int(loads)]
+    assert not spilling, f"{op}: spills in {spilling}"
+
+
+@pytest.mark.parametrize("op", ("reduce_sum", "softmax"))
+def test_row_kernels_move_packs_128_bits_at_a_time(builds, op):
+    kernels = {name: body for name, body in _kernels(builds[op][1]).items() if _pack(name) > 1}
+    assert kernels
+    for name, body in kernels.items():
+        vector, scalar = _global_accesses(body)
+        assert vector, name
+        # reduce_sum's only scalar access is the one sum it writes a row.
+        allowed = ["st.global.f32", "st.global.u16"] if op == "reduce_sum" else []
+        assert [s for s in scalar if s not in allowed] == [], f"{name}: {scalar}"
+        assert len(scalar) <= 1, f"{name}: {scalar}"
+
+
+@pytest.mark.parametrize("op", ("copy", "vector_add"))
+def test_elementwise_kernels_load_and_store_128_bits(builds, op):
+    kernels = {name: body for name, body in _kernels(builds[op][1]).items() if _pack(name) > 1}
+    assert kernels
+    for name, body in kernels.items():
+        vector, _ = _global_accesses(body)
+        # The scalar accesses left are the n % pack tail's.
+        assert any(v.startswith("ld.") for v in vector), f"{name}: no 128-bit loads"
+        assert any(v.startswith("st.") for v in vector), f"{name}: no 128-bit stores"
