@@ -343,12 +343,12 @@ class LoopPlan:
     "link": each trip runs the op on n_sets input sets in turn, in whole
     rounds (calls_per_trip is a multiple of n_sets), each call into its own
     output carry; before each call one element of its first input is
-    overwritten, in place, with an element of the previous call's output. That data dependency is what stops
-    XLA from hoisting the call out of the loop or merging independent calls
-    (a token through optimization_barrier does not survive XLA's passes),
-    and rotating sets keeps small inputs out of L2. The one-element update is
-    a tiny kernel of its own; its cost is timed alone (the scaffold) and
-    subtracted.
+    overwritten, in place, with an element of the previous call's output.
+    That data dependency is what stops XLA from hoisting the call out of the
+    loop or merging independent calls (a token through optimization_barrier
+    does not survive XLA's passes), and rotating sets keeps small inputs out
+    of L2. The one-element update is a tiny kernel of its own; its cost is
+    timed alone (the scaffold) and subtracted.
     "chain": the op's output is its next input (copy, add into z), so no
     update is needed. Kernel backends run two calls a trip so that the output
     lands back in the loop's buffer without a copy; XLA runs one, in place,

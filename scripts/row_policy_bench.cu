@@ -39,7 +39,7 @@ void TimePlan(int lanes_scale, int64_t rows, int64_t cols, Select select, Args..
     return;
   }
   const RowLaunch plan =
-      PlanRowLaunchWithLanes(rows, num_packs, true, lanes, kMaxChunk, sm_count);
+      PlanRowLaunchWithLanes(rows, num_packs, lanes, kMaxChunk, sm_count);
   auto launch = [&] {
     return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
       return LaunchRowPlan("bench", nullptr, plan, select(IntTag<kPack>{}, chunk), args...);

@@ -70,6 +70,13 @@ def _pack(name: str) -> int:
     return int(re.search(r"Kernel(?:I(?:f|6__half|13__nv_bfloat16))Li(\d+)E", name).group(1))
 
 
+def _packed_kernels(builds, op: str) -> dict[str, str]:
+    """The op's kernels that move 16-byte packs (kPack > 1), by name."""
+    kernels = {name: body for name, body in _kernels(builds[op][1]).items() if _pack(name) > 1}
+    assert kernels, f"{op}: no packed kernels in the PTX"
+    return kernels
+
+
 def _global_accesses(body: str) -> tuple[list[str], list[str]]:
     """(vector, scalar) global loads and stores of a PTX body."""
     ops = re.findall(r"\b((?:ld|st)\.global(?:\.nc)?\.(?:v\d\.)?\w+)", body)
@@ -88,9 +95,7 @@ def test_no_spills(builds, op):
 
 @pytest.mark.parametrize("op", ("reduce_sum", "softmax"))
 def test_row_kernels_move_packs_128_bits_at_a_time(builds, op):
-    kernels = {name: body for name, body in _kernels(builds[op][1]).items() if _pack(name) > 1}
-    assert kernels
-    for name, body in kernels.items():
+    for name, body in _packed_kernels(builds, op).items():
         vector, scalar = _global_accesses(body)
         assert vector, name
         # reduce_sum's only scalar access is the one sum it writes a row.
@@ -101,9 +106,7 @@ def test_row_kernels_move_packs_128_bits_at_a_time(builds, op):
 
 @pytest.mark.parametrize("op", ("copy", "vector_add"))
 def test_elementwise_kernels_load_and_store_128_bits(builds, op):
-    kernels = {name: body for name, body in _kernels(builds[op][1]).items() if _pack(name) > 1}
-    assert kernels
-    for name, body in kernels.items():
+    for name, body in _packed_kernels(builds, op).items():
         vector, _ = _global_accesses(body)
         # The scalar accesses left are the n % pack tail's.
         assert any(v.startswith("ld.") for v in vector), f"{name}: no 128-bit loads"

@@ -110,10 +110,9 @@ struct RowPolicy {
   static constexpr int kTeamLanes = kTeamLanesValue;
 };
 
-// A row kernel's launch plan: 128-bit packs or scalars, `chunk` packs a
-// thread (a power of two), `lanes` threads a row.
+// A row kernel's launch plan: `chunk` packs a thread (a power of two),
+// `lanes` threads a row.
 struct RowLaunch {
-  bool packed;
   int chunk;
   int lanes;
   int blocks;
@@ -150,20 +149,20 @@ inline int RowLanes(int64_t num_packs, int max_chunk, int max_threads, int team_
 }
 
 // The plan for a given number of lanes a row (a power of two).
-inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, bool packed, int lanes,
-                                        int max_chunk, int sm_count) {
+inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lanes, int max_chunk,
+                                        int sm_count) {
   int chunk = 1;
   while (int64_t{lanes} * chunk < num_packs && chunk < max_chunk) chunk *= 2;
   const int threads = lanes <= 32 ? kRowsBlockThreads : lanes;
   const int64_t rows_per_block = threads / lanes;
   const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block;
   const int64_t cap = int64_t{sm_count} * (2048 / threads) * 4;
-  return {packed, chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads};
+  return {chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads};
 }
 
-inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, bool packed, int max_chunk,
-                               int max_threads, int team_lanes, int sm_count) {
-  return PlanRowLaunchWithLanes(rows, num_packs, packed,
+inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, int max_chunk, int max_threads,
+                               int team_lanes, int sm_count) {
+  return PlanRowLaunchWithLanes(rows, num_packs,
                                 RowLanes(num_packs, max_chunk, max_threads, team_lanes), max_chunk,
                                 sm_count);
 }
@@ -195,7 +194,7 @@ ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, 
   constexpr int kPack = kPack128<T>;
   const bool packed = aligned && cols % kPack == 0;
   const RowLaunch plan =
-      PlanRowLaunch(rows, packed ? cols / kPack : cols, packed,
+      PlanRowLaunch(rows, packed ? cols / kPack : cols,
                     ChunkPacks(Policy::kMaxChunkElements, packed ? kPack : 1), Policy::kMaxThreads,
                     Policy::kTeamLanes, *sm_count);
   auto launch = [&](auto pack) {
