@@ -342,79 +342,79 @@ class LoopPlan:
 
     "link": each trip runs the op on n_sets input sets in turn, in whole
     rounds (calls_per_trip is a multiple of n_sets), each call into its own
-    output carry; before each call one element of its first input is
-    overwritten, in place, with an element of the previous call's output.
-    That data dependency is what stops XLA from hoisting the call out of the
-    loop or merging independent calls (a token through optimization_barrier
-    does not survive XLA's passes), and rotating sets keeps small inputs out
-    of L2. The one-element update is a tiny kernel of its own; its cost is
-    timed alone (the scaffold) and subtracted.
-    "chain": the op's output is its next input (copy, add into z), so no
-    update is needed. Kernel backends run two calls a trip so that the output
-    lands back in the loop's buffer without a copy; XLA runs one, in place,
-    because two elementwise ops in one trip would be fused into one kernel.
+    output carry; each call's first input takes in one element of the
+    previous call's output. That data dependency is what stops XLA from
+    hoisting the call out of the loop or merging independent calls (a token
+    through optimization_barrier does not survive XLA's passes), and rotating
+    sets keeps small inputs out of L2.
+    The element goes in by an in-place one-element update of the input set, a
+    tiny kernel of its own whose cost is timed alone (the scaffold) and
+    subtracted; except for XLA's own elementwise ops (fused_link), where it
+    is added in as input + 0 * element, which XLA fuses into the op at no
+    cost, so nothing is subtracted. (XLA fused the update into x + y as well,
+    and then copied x whole to also update it in place.) An earlier "chain"
+    scheme fed copy's and vector_add's output back as their input: XLA's
+    fused op then ran in place on two buffers where a custom call needs
+    three, so shapes near the 50 MB L2 stayed in cache for XLA alone
+    (vector_add 2032x2304 float32 at 5.3 TB/s, past HBM).
     """
 
     scheme: str
     n_sets: int
     calls_per_trip: int
     trips: int
+    fused_link: bool = False
 
     @property
     def calls(self) -> int:
         return self.calls_per_trip * self.trips
 
 
-def _link(target: jax.Array, source: Any) -> jax.Array:
+def _link_value(target: jax.Array, source: Any) -> jax.Array:
+    """The first element of the previous call's last output, shaped to broadcast over target."""
     leaf = jax.tree_util.tree_leaves(source)[-1]
-    value = leaf.reshape(-1)[:1].astype(target.dtype).reshape((1,) * target.ndim)
-    return lax.dynamic_update_slice(target, value, (0,) * target.ndim)
+    return leaf.reshape(-1)[:1].astype(target.dtype).reshape((1,) * target.ndim)
 
 
-def _chain_step(op: str, backend: str, state: jax.Array, fixed: tuple[jax.Array, ...], scale: jax.Array):
-    if op == "copy":
-        # XLA removes a copy inside a program; multiplying by a runtime 1.0
-        # is XLA's one-pass read-and-write of the same bytes.
-        return state * scale if backend == "xla" else jax_camp.copy(state, backend=backend)
-    if op == "vector_add":
-        return run_op(op, backend, (fixed[0], state))
-    raise ValueError(op)
+def _link(target: jax.Array, source: Any) -> jax.Array:
+    return lax.dynamic_update_slice(target, _link_value(target, source), (0,) * target.ndim)
+
+
+def _fused_link(target: jax.Array, source: Any) -> jax.Array:
+    # target + 0 * value: exact for the finite outputs the harness draws, and
+    # elementwise, so that XLA fuses it into its own elementwise op for free.
+    return target + 0 * _link_value(target, source)
 
 
 def build_program(op: str, backend: str, plan: LoopPlan) -> Callable:
     """A jitted function (sets, outs, scale) -> (sets, outs) that runs plan.calls calls."""
-    if plan.scheme == "chain":
-        def program(sets, outs, scale):
-            def trip(_, carry):
-                state, = carry
-                for _call in range(plan.calls_per_trip):
-                    state = _chain_step(op, backend, state, sets[0], scale)
-                return (state,)
-            return sets, lax.fori_loop(0, plan.trips, trip, outs)
-    else:
-        def program(sets, outs, scale):
-            def trip(_, carry):
-                sets, outs = list(carry[0]), list(carry[1])
-                previous = outs[-1]
-                for call in range(plan.calls_per_trip):
-                    i = call % plan.n_sets
-                    sets[i] = (_link(sets[i][0], previous), *sets[i][1:])
-                    previous = outs[call] = op_or_scaffold(sets[i])
-                return tuple(sets), tuple(outs)
-            return lax.fori_loop(0, plan.trips, trip, (sets, outs))
+    def program(sets, outs, scale):
+        def trip(_, carry):
+            sets, outs = list(carry[0]), list(carry[1])
+            previous = outs[-1]
+            for call in range(plan.calls_per_trip):
+                i = call % plan.n_sets
+                if plan.fused_link:
+                    inputs = (_fused_link(sets[i][0], previous), *sets[i][1:])
+                else:
+                    inputs = sets[i] = (_link(sets[i][0], previous), *sets[i][1:])
+                previous = outs[call] = op_or_scaffold(inputs, scale)
+            return tuple(sets), tuple(outs)
+        return lax.fori_loop(0, plan.trips, trip, (sets, outs))
 
-        def op_or_scaffold(inputs):
-            if op == "scaffold":
-                return inputs[0].reshape(-1)[:1]
-            return run_op(op, backend, inputs)
+    def op_or_scaffold(inputs, scale):
+        if op == "scaffold":
+            return inputs[0].reshape(-1)[:1]
+        if op == "copy" and backend == "xla":
+            # XLA removes a copy inside a program; multiplying by a runtime
+            # 1.0 is XLA's one-pass read-and-write of the same bytes.
+            return inputs[0] * scale
+        return run_op(op, backend, inputs)
     return jax.jit(program, donate_argnums=(0, 1))
 
 
 def initial_outputs(op: str, backend: str, plan: LoopPlan, sets) -> tuple:
     """Carry buffers for the outputs: the loop overwrites them."""
-    if plan.scheme == "chain":
-        state = sets[0][0] if op == "copy" else sets[0][1]
-        return (jnp.array(state),)
     if op == "scaffold":
         shape = jax.ShapeDtypeStruct((1,), sets[0][0].dtype)
     else:
@@ -506,16 +506,14 @@ def plan_for(op: str, backend: str, shape: Shape, itemsize: int, ceiling_bps: fl
     moved = bytes_moved(op if op in OPS else "copy", shape, itemsize)
     estimate_s = max(moved / ceiling_bps, floor_s)
     calls = max(2, min(4096, round(settings.exec_target_s / estimate_s)))
-    if op in ELEMENTWISE_OPS:
-        per_trip = 1 if backend == "xla" else 2
-        return LoopPlan("chain", 1, per_trip, max(1, math.ceil(calls / per_trip)))
     n_sets = rotating_sets(shape, itemsize, settings)
     # Whole rounds over the sets, at least LINK_CALLS_PER_TRIP calls a trip:
     # each trip of an XLA:GPU loop pays a host round trip for its predicate
     # (~20 us on the H200), which one call a trip would put into every call's
     # time, and into the scaffold's, whose subtraction then over-corrects.
     per_trip = n_sets * math.ceil(LINK_CALLS_PER_TRIP / n_sets)
-    return LoopPlan("link", n_sets, per_trip, max(1, math.ceil(calls / per_trip)))
+    fused_link = backend == "xla" and op in ELEMENTWISE_OPS
+    return LoopPlan("link", n_sets, per_trip, max(1, math.ceil(calls / per_trip)), fused_link)
 
 
 def rotating_sets(shape: Shape, itemsize: int, settings: Settings) -> int:
@@ -564,7 +562,7 @@ class Timer:
             warnings.filterwarnings("ignore", message=".*donated buffers.*")
             samples, calls = _run_samples(compiled, (sets, outs), scale, self.settings)
         raw = [s / plan.calls for s in samples]
-        scaffold = self._scaffold(shape, dtype_name, plan) if plan.scheme == "link" else 0.0
+        scaffold = 0.0 if plan.fused_link else self._scaffold(shape, dtype_name, plan)
         net = [max(r - scaffold, 0.0) for r in raw]
         return Timing(net, raw, scaffold, plan, calls, loop, compile_s)
 
@@ -573,7 +571,8 @@ class Timer:
         key = (shape.dims, dtype_name, like.n_sets)
         if key not in self._scaffold_cache:
             dtype = DTYPES[dtype_name]
-            plan = like  # the first op's loop shape; the result is per call
+            # The first op's loop shape; the result is per call.
+            plan = dataclasses.replace(like, fused_link=False)
             sets = make_sets("scaffold", shape, dtype, plan, self.seed)
             outs = initial_outputs("scaffold", "xla", plan, sets)
             scale = jnp.ones((), dtype)
