@@ -6,7 +6,8 @@
 //     -I$(python -c "import jax.ffi; print(jax.ffi.include_dir())") \
 //     scripts/row_policy_bench.cu -o build/row_policy_bench
 // and prints microseconds per call for each shape, dtype and plan
-// (c: packs a thread, l: lanes a row), the policy's plan in the middle.
+// (c: packs a thread, l: lanes a row): half the policy's lanes, the policy's,
+// twice its lanes, and last the policy's plan without thread-block clusters.
 #include <cstdio>
 #include <vector>
 
@@ -26,20 +27,23 @@ namespace {
   } while (0)
 
 template <typename T, typename Policy, typename Select, typename... Args>
-void TimePlan(int lanes_scale, int64_t rows, int64_t cols, Select select, Args... args) {
+void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select select,
+              Args... args) {
   constexpr int kPack = kPack128<T>;
   constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, kPack);
   int sm_count = 0;
   BENCH_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
   const int64_t num_packs = cols / kPack;
-  int lanes = RowLanes(num_packs, kMaxChunk, Policy::kMaxThreads, Policy::kTeamLanes);
+  const RowLimits limits = LimitsOf<Policy>(kPack, clusters);
+  int lanes = RowLanes(num_packs, limits);
   lanes = lanes_scale > 0 ? lanes * lanes_scale : lanes / -lanes_scale;
-  if (lanes < 1 || lanes > Policy::kMaxThreads || int64_t{lanes} * kMaxChunk < num_packs) {
+  const int max_lanes =
+      std::max(Policy::kMaxThreads, limits.cluster_threads * kMaxClusterBlocks);
+  if (lanes < 1 || lanes > max_lanes || int64_t{lanes} * kMaxChunk < num_packs) {
     std::printf(" %20s", "-");
     return;
   }
-  const RowLaunch plan =
-      PlanRowLaunchWithLanes(rows, num_packs, lanes, kMaxChunk, sm_count);
+  const RowLaunch plan = PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count);
   auto launch = [&] {
     return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
       return LaunchRowPlan("bench", nullptr, plan, select(IntTag<kPack>{}, chunk), args...);
@@ -57,7 +61,7 @@ void TimePlan(int lanes_scale, int64_t rows, int64_t cols, Select select, Args..
   BENCH_CHECK(cudaGetLastError());
   float ms = 0;
   BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  std::printf(" %7.1f us (c%2d,l%3d)", ms * 1000 / kCalls, plan.chunk, plan.lanes);
+  std::printf(" %7.1f us (c%2d,l%4d)", ms * 1000 / kCalls, plan.chunk, plan.lanes);
 }
 
 template <typename T>
@@ -69,23 +73,24 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   BENCH_CHECK(cudaMalloc(&g, bytes));
   BENCH_CHECK(cudaMemset(x, 0x3c, bytes));  // finite values, not zeros
   BENCH_CHECK(cudaMemset(g, 0x3c, bytes));
-  const int scales[] = {-2, 1, 2};  // half, the policy's, twice the lanes
+  // Half, the policy's, twice the lanes; then the policy's without clusters.
+  const int scales[] = {-2, 1, 2, 0};
   std::printf("forward  %-8s %6lldx%-6lld", dtype, (long long)rows, (long long)cols);
   for (int t : scales)
     TimePlan<T, softmax::ForwardPolicy>(
-        t, rows, cols,
+        t ? t : 1, t != 0, rows, cols,
         [](auto p, auto c) { return softmax::SoftmaxForwardKernel<T, decltype(p)::value, decltype(c)::value>; },
         (const T*)x, y, rows, cols);
   std::printf("\nbackward %-8s %6lldx%-6lld", dtype, (long long)rows, (long long)cols);
   for (int t : scales)
     TimePlan<T, softmax::BackwardPolicy>(
-        t, rows, cols,
+        t ? t : 1, t != 0, rows, cols,
         [](auto p, auto c) { return softmax::SoftmaxBackwardKernel<T, decltype(p)::value, decltype(c)::value>; },
         (const T*)y, (const T*)g, x, rows, cols);
   std::printf("\nreduce   %-8s %6lldx%-6lld", dtype, (long long)rows, (long long)cols);
   for (int t : scales)
     TimePlan<T, reduce_sum::Policy>(
-        t, rows, cols,
+        t ? t : 1, t != 0, rows, cols,
         [](auto p, auto c) { return reduce_sum::ReduceSumKernel<T, decltype(p)::value, decltype(c)::value>; },
         (const T*)x, y, rows, cols);
   std::printf("\n");

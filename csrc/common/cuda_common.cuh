@@ -180,22 +180,37 @@ inline ffi::Error CheckCuda(cudaError_t status, const char* what) {
                               cudaGetErrorString(status) + ")");
 }
 
-// The current device's SM count, for sizing grids to the machine. Asked of
-// the driver once per device: a handler runs on XLA's launch path, where
-// every host microsecond can leave the GPU idle between small kernels.
-inline ffi::ErrorOr<int> SmCount() {
+// An attribute of the current device, asked of the driver once per device:
+// a handler runs on XLA's launch path, where every host microsecond can leave
+// the GPU idle between small kernels.
+template <cudaDeviceAttr kAttribute>
+ffi::ErrorOr<int> CachedDeviceAttribute() {
   constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};
+  static std::atomic<int> cached[kMaxDevices] = {};  // the value + 1; 0: not asked yet
   int device = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "querying the device"));
-  if (device < kMaxDevices && cached[device].load(std::memory_order_relaxed) > 0)
-    return cached[device].load(std::memory_order_relaxed);
-  int sm_count = 0;
-  status = cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device);
+  if (device < kMaxDevices) {
+    const int known = cached[device].load(std::memory_order_relaxed);
+    if (known > 0) return known - 1;
+  }
+  int value = 0;
+  status = cudaDeviceGetAttribute(&value, kAttribute, device);
   if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "querying the device"));
-  if (device < kMaxDevices) cached[device].store(sm_count, std::memory_order_relaxed);
-  return sm_count;
+  if (device < kMaxDevices) cached[device].store(value + 1, std::memory_order_relaxed);
+  return value;
+}
+
+// For sizing grids to the machine.
+inline ffi::ErrorOr<int> SmCount() {
+  return CachedDeviceAttribute<cudaDevAttrMultiProcessorCount>();
+}
+
+// Whether kernels can be launched in thread-block clusters (compute capability 9.0 and up).
+inline ffi::ErrorOr<bool> ClusterLaunchSupported() {
+  auto supported = CachedDeviceAttribute<cudaDevAttrClusterLaunch>();
+  if (!supported.has_value()) return ffi::Unexpected(supported.error());
+  return *supported != 0;
 }
 
 // Blocks of `threads` for GridStride over `count` items, kUnroll a thread:

@@ -1,11 +1,16 @@
 // Row kernels (reduce_sum, softmax forward and backward) are written once
 // against a RowTeam: the threads that share one row. Short rows get a few
 // lanes of a warp each (several rows per warp, reduced with shuffles); long
-// rows get the whole block (reduced through shared memory). Each thread holds
-// a chunk of its row in registers: kChunk packs, all loaded before any is
-// used, so that many loads are in flight. A row that fits in one chunk per
-// thread is read from memory once, however many passes the kernel makes.
+// rows get the whole block (reduced through shared memory); rows too long for
+// one block's registers get a thread-block cluster (Hopper), whose blocks
+// exchange their partial results through distributed shared memory. Each
+// thread holds a chunk of its row in registers: kChunk packs, all loaded
+// before any is used, so that many loads are in flight. A row that fits in
+// one chunk per thread is read from memory once, however many passes the
+// kernel makes.
 #pragma once
+
+#include <cooperative_groups.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -15,30 +20,84 @@
 namespace jax_camp {
 
 struct RowTeam {
-  int lanes;  // threads per row: a power of two up to 32, or the whole block
+  // Shared floats a row kernel declares for Reduce: one per warp, and two
+  // slots that a cluster team's blocks read each other's results from.
+  static constexpr int kScratchFloats = 34;
+
+  int lanes;  // threads per row: a power of two up to 32, a block, or a cluster
   int lane;   // this thread's place in its team
   int64_t first_row;
   int64_t row_stride;
+  int cluster_reductions = 0;
 
+  // A team of up to a block's threads, or of team_lanes / blockDim.x blocks
+  // (a cluster, consecutive in x).
   __device__ explicit RowTeam(int team_lanes)
       : lanes(team_lanes),
-        lane(threadIdx.x % team_lanes),
-        first_row(int64_t{blockIdx.x} * (blockDim.x / team_lanes)),
-        row_stride(int64_t{gridDim.x} * (blockDim.x / team_lanes)) {}
+        lane(blockIdx.x % BlocksPerTeam(team_lanes) * blockDim.x + threadIdx.x % team_lanes),
+        first_row(int64_t{blockIdx.x} / BlocksPerTeam(team_lanes) * TeamsPerBlock(team_lanes)),
+        row_stride(int64_t{gridDim.x} / BlocksPerTeam(team_lanes) * TeamsPerBlock(team_lanes)) {}
 
   // This thread's row in the block's current group of rows starting at
-  // `group`. The loop over groups is uniform across the block, so every
-  // thread reaches every reduction; rows past the end are simply empty.
+  // `group`. The loop over groups is uniform across the block (the cluster),
+  // so every thread reaches every reduction; rows past the end are simply
+  // empty.
   __device__ int64_t RowIn(int64_t group) const { return group + threadIdx.x / lanes; }
 
   // Every lane of the team returns op over the team's values. `scratch` holds
-  // 32 floats (block teams only).
+  // kScratchFloats floats (block and cluster teams only). Kernels whose
+  // policy has no cluster teams say so (kClusters = false): the cluster code,
+  // never run there, still cost them registers.
+  template <bool kClusters = true, typename Op>
+  __device__ float Reduce(float v, Op op, float* scratch) {
+    if (lanes <= 32) {
+      for (int offset = lanes / 2; offset > 0; offset >>= 1)
+        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+      return v;
+    }
+    v = BlockReduce(v, op, scratch);
+    if (!kClusters || lanes <= blockDim.x) return v;
+    return ClusterReduce(v, op, scratch + 32);
+  }
+
+  // A cluster team's blocks read one another's shared memory up to their
+  // last reduction: none may exit before all are past it. Every row kernel
+  // calls this last.
+  __device__ void Finish() const {
+#if __CUDA_ARCH__ >= 900
+    if (lanes > blockDim.x) cooperative_groups::this_cluster().sync();
+#endif
+  }
+
+ private:
+  static __device__ int BlocksPerTeam(int team_lanes) {
+    return team_lanes > blockDim.x ? team_lanes / blockDim.x : 1;
+  }
+  static __device__ int TeamsPerBlock(int team_lanes) {
+    return team_lanes < blockDim.x ? blockDim.x / team_lanes : 1;
+  }
+
+  // Each block posts its result in one of two slots, then after one cluster
+  // barrier every thread combines all blocks' results in rank order (the
+  // same order everywhere, so the same float). Two slots used in turn need
+  // no second barrier: a block posts into a slot again only after the next
+  // reduction's barrier, which every block reaches after reading it.
   template <typename Op>
-  __device__ float Reduce(float v, Op op, float* scratch) const {
-    if (lanes > 32) return BlockReduce(v, op, scratch);
-    for (int offset = lanes / 2; offset > 0; offset >>= 1)
-      v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  __device__ float ClusterReduce(float v, Op op, float* slots) {
+#if __CUDA_ARCH__ >= 900
+    auto cluster = cooperative_groups::this_cluster();
+    float* slot = slots + (cluster_reductions++ & 1);
+    if (threadIdx.x == 0) *slot = v;
+    cluster.sync();
+    const int blocks = lanes / blockDim.x;
+    float result = *cluster.map_shared_rank(slot, 0);
+    for (int rank = 1; rank < blocks; ++rank)
+      result = op(result, *cluster.map_shared_rank(slot, rank));
+    return result;
+#else
+    __trap();  // the launcher plans clusters only on devices that have them
     return v;
+#endif
   }
 };
 
@@ -100,71 +159,106 @@ struct IntTag {
 };
 
 // A row kernel's launch limits: the most values a thread holds
-// (kMaxChunkElements), the most threads a row (kMaxThreads, the kernel's
-// __launch_bounds__), and the lanes a row it prefers (kTeamLanes; see
-// RowLanes).
-template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue>
+// (kMaxChunkElements), the most threads a block (kMaxThreads, the kernel's
+// __launch_bounds__), the lanes a row it prefers (kTeamLanes; see RowLanes),
+// and the block size of its cluster teams (kClusterBlockThreads; 0 for none:
+// rows longer than a block holds are then streamed).
+template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue,
+          int kClusterBlockThreadsValue = 0>
 struct RowPolicy {
   static constexpr int kMaxChunkElements = kMaxChunkElementsValue;
   static constexpr int kMaxThreads = kMaxThreadsValue;
   static constexpr int kTeamLanes = kTeamLanesValue;
+  static constexpr int kClusterBlockThreads = kClusterBlockThreadsValue;
 };
 
+// A policy's limits in packs, for one pack size and device.
+struct RowLimits {
+  int max_chunk;        // packs a thread
+  int max_threads;      // threads a block
+  int team_lanes;       // preferred lanes a row
+  int cluster_threads;  // threads a block of a cluster team; 0: no clusters
+};
+
+template <typename Policy>
+RowLimits LimitsOf(int pack, bool clusters) {
+  return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
+          clusters ? Policy::kClusterBlockThreads : 0};
+}
+
+// Hopper's largest cluster; past 8 blocks a kernel must opt in.
+constexpr int kMaxClusterBlocks = 16;
+constexpr int kMaxPortableClusterBlocks = 8;
+
 // A row kernel's launch plan: `chunk` packs a thread (a power of two),
-// `lanes` threads a row.
+// `lanes` threads a row, in teams of one block or of `cluster` blocks.
 struct RowLaunch {
   int chunk;
   int lanes;
   int blocks;
   int threads;
+  int cluster;
 };
 
 constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp lanes
 
 // The row kernels' shared launch policy, for rows of `num_packs` packs, from
 // timing each kernel under several plans on the H200
-// (scripts/row_policy_bench.cu; docs/performance_notes.md, v3):
+// (scripts/row_policy_bench.cu; docs/performance_notes.md, v3 and v4):
 // - lanes a row: at least `team_lanes` (64 or 128, each kernel's fastest)
 //   while each still gets 4 packs (64 bytes in flight a thread), more where
 //   the row needs them to fit `max_chunk` packs a thread, and at least 8 (128
 //   bytes of a row per warp load: with 2 lanes a row each warp load touched
-//   16 rows' cache lines); a power of two up to `max_threads`. Up to 32 lanes share a warp with other rows; beyond, a
-//   block takes each row: small blocks, whose load, reduce and store phases
-//   overlap with other blocks', beat large ones.
+//   16 rows' cache lines); a power of two. Up to 32 lanes share a warp with
+//   other rows; beyond, a block takes each row: small blocks, whose load,
+//   reduce and store phases overlap with other blocks', beat large ones.
+//   Rows that need more lanes than `cluster_threads` take a cluster of blocks
+//   of that size, so that two or more blocks still share each SM, up to
+//   kMaxClusterBlocks; rows longer still are streamed through one block of
+//   `max_threads`, chunk after chunk.
 // - chunk: the fewest packs a thread that hold the row (a power of two), so
-//   short rows keep few registers and many warps resident. Rows longer than
-//   max_threads * max_chunk packs are streamed through, chunk after chunk.
+//   short rows keep few registers and many warps resident.
 // - grid: one team a row, capped at 4 waves of resident blocks; the kernels
 //   loop over the remaining rows.
-inline int RowLanes(int64_t num_packs, int max_chunk, int max_threads, int team_lanes) {
+inline int RowLanes(int64_t num_packs, const RowLimits& limits) {
   constexpr int64_t kMinChunk = 4;
-  const int64_t lanes_for_chunk = (num_packs + max_chunk - 1) / max_chunk;
+  const int64_t max_lanes = limits.cluster_threads > 0
+                                ? int64_t{limits.cluster_threads} * kMaxClusterBlocks
+                                : limits.max_threads;
+  const int64_t lanes_for_chunk = (num_packs + limits.max_chunk - 1) / limits.max_chunk;
+  if (lanes_for_chunk > max_lanes) return limits.max_threads;  // streamed
   const int64_t lanes_for_overlap =
-      std::min<int64_t>(team_lanes, (num_packs + kMinChunk - 1) / kMinChunk);
+      std::min<int64_t>(limits.team_lanes, (num_packs + kMinChunk - 1) / kMinChunk);
   const int64_t lanes_wanted =
       std::max({lanes_for_chunk, lanes_for_overlap, std::min<int64_t>(num_packs, 8)});
   int lanes = 1;
-  while (lanes < lanes_wanted && lanes < max_threads) lanes *= 2;
+  while (lanes < lanes_wanted && lanes < max_lanes) lanes *= 2;
   return lanes;
 }
 
 // The plan for a given number of lanes a row (a power of two).
-inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lanes, int max_chunk,
-                                        int sm_count) {
+inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lanes,
+                                        const RowLimits& limits, int sm_count) {
   int chunk = 1;
-  while (int64_t{lanes} * chunk < num_packs && chunk < max_chunk) chunk *= 2;
-  const int threads = lanes <= 32 ? kRowsBlockThreads : lanes;
-  const int64_t rows_per_block = threads / lanes;
-  const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block;
-  const int64_t cap = int64_t{sm_count} * (2048 / threads) * 4;
-  return {chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads};
+  while (int64_t{lanes} * chunk < num_packs && chunk < limits.max_chunk) chunk *= 2;
+  int threads = lanes;
+  int cluster = 1;
+  if (lanes <= 32) {
+    threads = kRowsBlockThreads;
+  } else if (limits.cluster_threads > 0 && lanes > limits.cluster_threads &&
+             int64_t{lanes} * chunk >= num_packs) {  // streamed rows keep to one block
+    threads = limits.cluster_threads;
+    cluster = lanes / threads;
+  }
+  const int64_t rows_per_block = std::max(1, threads / lanes);
+  const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block * cluster;
+  const int64_t cap = std::max<int64_t>(int64_t{sm_count} * (2048 / threads) * 4 / cluster, 1) * cluster;
+  return {chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads, cluster};
 }
 
-inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, int max_chunk, int max_threads,
-                               int team_lanes, int sm_count) {
-  return PlanRowLaunchWithLanes(rows, num_packs,
-                                RowLanes(num_packs, max_chunk, max_threads, team_lanes), max_chunk,
-                                sm_count);
+inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, const RowLimits& limits,
+                               int sm_count) {
+  return PlanRowLaunchWithLanes(rows, num_packs, RowLanes(num_packs, limits), limits, sm_count);
 }
 
 // f(IntTag<c>{}) for the power of two c == chunk, c <= kMaxChunk.
@@ -176,31 +270,47 @@ ffi::Error DispatchChunk(int chunk, F f) {
   return f(IntTag<kMaxChunk>{});
 }
 
-// kernel<<<plan>>>(args..., plan.lanes).
+// kernel<<<plan>>>(args..., plan.lanes), in clusters of plan.cluster blocks.
 template <typename... Params, typename... Args>
 ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch& plan,
                          void (*kernel)(Params...), Args... args) {
-  kernel<<<plan.blocks, plan.threads, 0, stream>>>(args..., plan.lanes);
-  return CheckCuda(cudaGetLastError(), what);
+  if (plan.cluster > kMaxPortableClusterBlocks) {
+    JAX_CAMP_RETURN_IF_ERROR(CheckCuda(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), what));
+  }
+  cudaLaunchAttribute cluster_dims = {};
+  cluster_dims.id = cudaLaunchAttributeClusterDimension;
+  cluster_dims.val.clusterDim.x = plan.cluster;
+  cluster_dims.val.clusterDim.y = 1;
+  cluster_dims.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(plan.blocks);
+  config.blockDim = dim3(plan.threads);
+  config.stream = stream;
+  config.attrs = &cluster_dims;
+  config.numAttrs = plan.cluster > 1 ? 1 : 0;
+  return CheckCuda(cudaLaunchKernelEx(&config, kernel, args..., plan.lanes), what);
 }
 
-// Plans a row kernel's launch by its RowPolicy and launches select_kernel(IntTag<pack>, IntTag<chunk>) with
-// args..., plan.lanes. 128-bit packs when the rows are 16-byte aligned.
+// Plans a row kernel's launch by its RowPolicy and launches
+// select_kernel(IntTag<pack>, IntTag<chunk>) with args..., plan.lanes.
+// 128-bit packs when the rows are 16-byte aligned.
 template <typename T, typename Policy, typename SelectKernel, typename... Args>
 ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, int64_t cols,
                            bool aligned, SelectKernel select_kernel, Args... args) {
   auto sm_count = SmCount();
   if (!sm_count.has_value()) return sm_count.error();
+  auto clusters = ClusterLaunchSupported();
+  if (!clusters.has_value()) return clusters.error();
   constexpr int kPack = kPack128<T>;
   const bool packed = aligned && cols % kPack == 0;
+  const int pack = packed ? kPack : 1;
   const RowLaunch plan =
-      PlanRowLaunch(rows, packed ? cols / kPack : cols,
-                    ChunkPacks(Policy::kMaxChunkElements, packed ? kPack : 1), Policy::kMaxThreads,
-                    Policy::kTeamLanes, *sm_count);
-  auto launch = [&](auto pack) {
-    constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, decltype(pack)::value);
+      PlanRowLaunch(rows, cols / pack, LimitsOf<Policy>(pack, *clusters), *sm_count);
+  auto launch = [&](auto pack_tag) {
+    constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, decltype(pack_tag)::value);
     return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
-      return LaunchRowPlan(what, stream, plan, select_kernel(pack, chunk), args...);
+      return LaunchRowPlan(what, stream, plan, select_kernel(pack_tag, chunk), args...);
     });
   };
   return packed ? launch(IntTag<kPack>{}) : launch(IntTag<1>{});

@@ -33,8 +33,12 @@ namespace jax_camp::softmax {
 // kTeamLanes from scripts/row_policy_bench.cu on the H200: the forward ran
 // 1280- and 1536-column float32 rows 5-10% faster with 128 lanes than with
 // 64; the backward ran 1280 columns 40% slower.
-using ForwardPolicy = RowPolicy<64, 512, 128>;
-using BackwardPolicy = RowPolicy<32, 512, 64>;
+// Rows longer than 256 threads hold go to clusters of 256-thread blocks, two
+// or more an SM (see docs/performance_notes.md, v4): a 512-thread block
+// holding a 32768-column row filled its SM, which then alternated loading and
+// storing.
+using ForwardPolicy = RowPolicy<64, 512, 128, 256>;
+using BackwardPolicy = RowPolicy<32, 512, 64, 256>;
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
 // below float32 softmax's tolerance, and it keeps 16-bit inputs memory-bound.
@@ -57,7 +61,7 @@ __device__ __forceinline__ float ShiftedExp(float v, float running_max) {
 // One row held whole in the team's registers.
 template <typename T, int kPack, int kChunk>
 __device__ __forceinline__ void SoftmaxRowInRegisters(const T* x, T* y, int64_t packs,
-                                                      const RowTeam& team, float* scratch) {
+                                                      RowTeam& team, float* scratch) {
   RowChunk<T, kPack, kChunk> chunk;
   chunk.Load(x, packs, 0, team);
   float thread_max = -INFINITY;
@@ -98,7 +102,7 @@ __device__ __forceinline__ void SoftmaxRowInRegisters(const T* x, T* y, int64_t 
 // One row streamed through the registers, a chunk at a time (see the top).
 template <typename T, int kPack, int kChunk>
 __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t packs,
-                                                   const RowTeam& team, float* scratch) {
+                                                   RowTeam& team, float* scratch) {
   const int64_t chunk_packs = int64_t{team.lanes} * kChunk;
   RowChunk<T, kPack, kChunk> chunk;
   float thread_max = -INFINITY;
@@ -137,8 +141,8 @@ template <typename T, int kPack, int kChunk>
 __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads, 1)
     SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
                          int lanes) {
-  __shared__ float scratch[32];
-  const RowTeam team(lanes);
+  __shared__ float scratch[RowTeam::kScratchFloats];
+  RowTeam team(lanes);
   const int64_t num_packs = cols / kPack;
   // The launch policy streams rows only at the largest chunk; smaller chunks
   // compile the in-register path alone.
@@ -155,14 +159,15 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads, 1)
       SoftmaxRowStreamed<T, kPack, kChunk>(x + offset, y + offset, packs, team, scratch);
     }
   }
+  team.Finish();
 }
 
 template <typename T, int kPack, int kChunk>
 __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
     SoftmaxBackwardKernel(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
                           int64_t rows, int64_t cols, int lanes) {
-  __shared__ float scratch[32];
-  const RowTeam team(lanes);
+  __shared__ float scratch[RowTeam::kScratchFloats];
+  RowTeam team(lanes);
   const int64_t num_packs = cols / kPack;
   const int64_t chunk_packs = int64_t{lanes} * kChunk;
   const bool row_in_registers = num_packs <= chunk_packs;
@@ -196,6 +201,7 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
       });
     }
   }
+  team.Finish();
 }
 
 }  // namespace jax_camp::softmax
