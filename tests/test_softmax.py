@@ -16,13 +16,13 @@ from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_
 # The camp's shapes, unaligned and odd sizes, one column, rows longer than a
 # warp team takes (1024), more rows than a grid-stride loop's first sweep
 # covers. On the GPU they reach every chunk size the launch policy picks
-# (1-16 packs a thread, 16-byte or scalar) and every kind of team: warp lanes,
-# a block, clusters of 2 to 16 blocks (Hopper), and one block streaming rows
-# too long for a cluster (past 262144 values forward, 131072 backward), for
-# float32 and 16-bit types. E.g. float32 forward: 8 columns take one pack a
-# thread, 3000 and 5000 columns 8 and 16 in a block, 20_000 a cluster of 2,
-# 40_000 of 4, 65_544 of 8, 40_001 (scalar packs) and 200_000 of 16, 300_000
-# is streamed; float32 backward: 12_000 a cluster of 2, 200_000 streamed.
+# (1-16 packs a thread, 16-byte or scalar) and every kind of team: warp
+# lanes, a block, the backward's clusters of 2 to 16 blocks (Hopper), and one
+# block streaming rows too long for those (past 32768 values forward, 131072
+# backward), for float32 and 16-bit types. E.g. float32 forward: 8 columns
+# take one pack a thread, 3000 and 5000 columns 8 and 16 in a block, 40_000
+# and 40_001 are streamed; float32 backward: 12_000 columns take a cluster of
+# 2 blocks, 20_000 of 4, 40_000 of 8, 65_544 of 16, 200_000 are streamed.
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,), (5, 8),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),

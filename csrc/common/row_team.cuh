@@ -45,11 +45,12 @@ struct RowTeam {
   __device__ int64_t RowIn(int64_t group) const { return group + threadIdx.x / lanes; }
 
   // Every lane of the team returns op over the team's values. `scratch` holds
-  // kScratchFloats floats (block and cluster teams only). Kernels whose
-  // policy has no cluster teams say so (kClusters = false): the cluster code,
-  // never run there, still cost them registers.
-  template <bool kClusters = true, typename Op>
+  // kScratchFloats floats (block and cluster teams only). The kernel's
+  // RowPolicy says whether its teams can be clusters: where they cannot, the
+  // cluster code is left out, since even never run it cost registers.
+  template <typename Policy, typename Op>
   __device__ float Reduce(float v, Op op, float* scratch) {
+    constexpr bool kClusters = Policy::kClusterBlockThreads > 0;
     if (lanes <= 32) {
       for (int offset = lanes / 2; offset > 0; offset >>= 1)
         v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
@@ -63,9 +64,12 @@ struct RowTeam {
   // A cluster team's blocks read one another's shared memory up to their
   // last reduction: none may exit before all are past it. Every row kernel
   // calls this last.
+  template <typename Policy>
   __device__ void Finish() const {
 #if __CUDA_ARCH__ >= 900
-    if (lanes > blockDim.x) cooperative_groups::this_cluster().sync();
+    if constexpr (Policy::kClusterBlockThreads > 0) {
+      if (lanes > blockDim.x) cooperative_groups::this_cluster().sync();
+    }
 #endif
   }
 
@@ -252,7 +256,8 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
   }
   const int64_t rows_per_block = std::max(1, threads / lanes);
   const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block * cluster;
-  const int64_t cap = std::max<int64_t>(int64_t{sm_count} * (2048 / threads) * 4 / cluster, 1) * cluster;
+  const int64_t clusters_cap = int64_t{sm_count} * (2048 / threads) * 4 / cluster;
+  const int64_t cap = std::max<int64_t>(clusters_cap, 1) * cluster;
   return {chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads, cluster};
 }
 

@@ -33,11 +33,13 @@ namespace jax_camp::softmax {
 // kTeamLanes from scripts/row_policy_bench.cu on the H200: the forward ran
 // 1280- and 1536-column float32 rows 5-10% faster with 128 lanes than with
 // 64; the backward ran 1280 columns 40% slower.
-// Rows longer than 256 threads hold go to clusters of 256-thread blocks, two
-// or more an SM (see docs/performance_notes.md, v4): a 512-thread block
-// holding a 32768-column row filled its SM, which then alternated loading and
-// storing.
-using ForwardPolicy = RowPolicy<64, 512, 128, 256>;
+// The backward's rows longer than a 256-thread block holds go to clusters of
+// such blocks (to 131072 values): 4096x32768 float32 then ran at 98% of the
+// copy ceiling, read once, where one block streamed it. The forward's ran
+// slower in clusters than in one block (scripts/row_policy_bench.cu, v4 in
+// docs/performance_notes.md): 310 against 285 us at 32768 columns, and 874
+// against the streamed 821 at 262144.
+using ForwardPolicy = RowPolicy<64, 512, 128>;
 using BackwardPolicy = RowPolicy<32, 512, 64, 256>;
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
@@ -69,7 +71,7 @@ __device__ __forceinline__ void SoftmaxRowInRegisters(const T* x, T* y, int64_t 
 #pragma unroll
     for (int k = 0; k < kPack; ++k) thread_max = MaxPropagateNan(thread_max, v[k]);
   });
-  const float row_max = team.Reduce(thread_max, MaxOp{}, scratch);
+  const float row_max = team.Reduce<ForwardPolicy>(thread_max, MaxOp{}, scratch);
   // Up to 32 values a thread the exps stay in registers; at 64, holding them
   // beside the chunk spilled (nvcc -Xptxas -v), so they are computed again,
   // as in the scalar path (unaligned rows), where keeping them spilled too.
@@ -84,7 +86,7 @@ __device__ __forceinline__ void SoftmaxRowInRegisters(const T* x, T* y, int64_t 
       thread_sum += exp;
     }
   });
-  const float inv_sum = 1.f / team.Reduce(thread_sum, SumOp{}, scratch);
+  const float inv_sum = 1.f / team.Reduce<ForwardPolicy>(thread_sum, SumOp{}, scratch);
   chunk.ForEach(packs, 0, team, [&](int i, int64_t col, const float(&v)[kPack]) {
     float out[kPack];
 #pragma unroll
@@ -120,9 +122,9 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
       thread_max = new_max;
     });
   }
-  const float row_max = team.Reduce(thread_max, MaxOp{}, scratch);
+  const float row_max = team.Reduce<ForwardPolicy>(thread_max, MaxOp{}, scratch);
   const float row_sum =
-      team.Reduce(thread_sum * RescaleFactor(thread_max, row_max), SumOp{}, scratch);
+      team.Reduce<ForwardPolicy>(thread_sum * RescaleFactor(thread_max, row_max), SumOp{}, scratch);
   const float inv_sum = 1.f / row_sum;
   for (int64_t base = 0; base < packs; base += chunk_packs) {
     chunk.Load(x, packs, base, team);
@@ -159,7 +161,7 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads, 1)
       SoftmaxRowStreamed<T, kPack, kChunk>(x + offset, y + offset, packs, team, scratch);
     }
   }
-  team.Finish();
+  team.Finish<ForwardPolicy>();
 }
 
 template <typename T, int kPack, int kChunk>
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
         for (int k = 0; k < kPack; ++k) thread_dot += g_chunk.Value(i, k) * yv[k];
       });
     }
-    const float dot = team.Reduce(thread_dot, SumOp{}, scratch);
+    const float dot = team.Reduce<BackwardPolicy>(thread_dot, SumOp{}, scratch);
     for (int64_t base = 0; base < packs; base += chunk_packs) {
       if (!row_in_registers) {
         y_chunk.Load(y + offset, packs, base, team);
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
       });
     }
   }
-  team.Finish();
+  team.Finish<BackwardPolicy>();
 }
 
 }  // namespace jax_camp::softmax
