@@ -60,6 +60,7 @@ struct ValueBits<float> {
   static __device__ __forceinline__ float ToFloat(unsigned bits) { return __uint_as_float(bits); }
   static __device__ __forceinline__ unsigned FromFloat(float v) { return __float_as_uint(v); }
 };
+// 16-bit types also round two floats into one word in one instruction.
 template <>
 struct ValueBits<__nv_bfloat16> {
   static __device__ __forceinline__ float ToFloat(unsigned bits) {
@@ -67,6 +68,10 @@ struct ValueBits<__nv_bfloat16> {
   }
   static __device__ __forceinline__ unsigned FromFloat(float v) {
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  }
+  static __device__ __forceinline__ unsigned PairFromFloats(float low, float high) {
+    const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+    return *reinterpret_cast<const unsigned*>(&pair);
   }
 };
 template <>
@@ -76,6 +81,10 @@ struct ValueBits<__half> {
   }
   static __device__ __forceinline__ unsigned FromFloat(float v) {
     return __half_as_ushort(__float2half_rn(v));
+  }
+  static __device__ __forceinline__ unsigned PairFromFloats(float low, float high) {
+    const __half2 pair = __floats2half2_rn(low, high);
+    return *reinterpret_cast<const unsigned*>(&pair);
   }
 };
 
@@ -124,11 +133,11 @@ struct PackedBits {
   __device__ __forceinline__ void Set(const float (&values)[kPack]) {
 #pragma unroll
     for (int w = 0; w < kWords; ++w) {
-      unsigned word = 0;
-#pragma unroll
-      for (int j = 0; j < kPerWord; ++j)
-        word |= ValueBits<T>::FromFloat(values[w * kPerWord + j]) << (kBits * j);
-      words[w] = word;
+      if constexpr (kPerWord == 2) {
+        words[w] = ValueBits<T>::PairFromFloats(values[2 * w], values[2 * w + 1]);
+      } else {
+        words[w] = ValueBits<T>::FromFloat(values[w]);
+      }
     }
   }
 };
