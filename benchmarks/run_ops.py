@@ -75,7 +75,10 @@ class Settings:
     ceiling_bytes: int  # array size of the copy-ceiling measurement
 
 
-GPU_SETTINGS = Settings(5, 2e-3, 8e-3, 60 * MIB, 16, 2 * GIB)
+# 20 ms of work an executable: its launch and first trip cost tens of
+# microseconds, which at 2 ms (16 calls of a 130 us op) came to 6-9 us a call,
+# counted in XLA's fused-link elementwise ops, subtracted from the others.
+GPU_SETTINGS = Settings(5, 20e-3, 8e-3, 60 * MIB, 16, 2 * GIB)
 CPU_SETTINGS = Settings(3, 2e-3, 5e-3, 32 * MIB, 2, 32 * MIB)
 
 
@@ -498,7 +501,13 @@ def _run_samples(
     return samples, calls
 
 
-LINK_CALLS_PER_TRIP = 8
+# Calls a loop trip, at least: each trip of an XLA:GPU loop pays a host round
+# trip for its predicate (~20 us on the H200), 2.5 us a call at 8 calls a
+# trip. Small shapes take 64 (0.3 us a call); large ones 8, since every call
+# of a trip has its own output carry (64 of 1 GB would not fit).
+LINK_CALLS_PER_TRIP = 64
+LINK_CALLS_PER_TRIP_LARGE = 8
+LARGE_CALL_BYTES = 64 * MIB
 
 
 def plan_for(op: str, backend: str, shape: Shape, itemsize: int, ceiling_bps: float,
@@ -507,11 +516,9 @@ def plan_for(op: str, backend: str, shape: Shape, itemsize: int, ceiling_bps: fl
     estimate_s = max(moved / ceiling_bps, floor_s)
     calls = max(2, min(4096, round(settings.exec_target_s / estimate_s)))
     n_sets = rotating_sets(shape, itemsize, settings)
-    # Whole rounds over the sets, at least LINK_CALLS_PER_TRIP calls a trip:
-    # each trip of an XLA:GPU loop pays a host round trip for its predicate
-    # (~20 us on the H200), which one call a trip would put into every call's
-    # time, and into the scaffold's, whose subtraction then over-corrects.
-    per_trip = n_sets * math.ceil(LINK_CALLS_PER_TRIP / n_sets)
+    # Whole rounds over the sets.
+    at_least = LINK_CALLS_PER_TRIP if moved <= LARGE_CALL_BYTES else LINK_CALLS_PER_TRIP_LARGE
+    per_trip = n_sets * math.ceil(at_least / n_sets)
     fused_link = backend == "xla" and op in ELEMENTWISE_OPS
     return LoopPlan("link", n_sets, per_trip, max(1, math.ceil(calls / per_trip)), fused_link)
 
@@ -562,17 +569,22 @@ class Timer:
             warnings.filterwarnings("ignore", message=".*donated buffers.*")
             samples, calls = _run_samples(compiled, (sets, outs), scale, self.settings)
         raw = [s / plan.calls for s in samples]
-        scaffold = 0.0 if plan.fused_link else self._scaffold(shape, dtype_name, plan)
+        scaffold = self._scaffold(shape, dtype_name, plan)
         net = [max(r - scaffold, 0.0) for r in raw]
         return Timing(net, raw, scaffold, plan, calls, loop, compile_s)
 
     def _scaffold(self, shape: Shape, dtype_name: str, like: LoopPlan) -> float:
-        """Seconds per call of the one-element link alone, in the same loop shape."""
-        key = (shape.dims, dtype_name, like.n_sets)
+        """Seconds per call of the link alone, in the same loop shape.
+
+        The in-place update's scaffold is a one-element kernel a call plus the
+        loop's own cost; the fused link's (input + 0 * element on one
+        element, which XLA fuses into a few tiny kernels a trip) is about the
+        loop's cost alone.
+        """
+        key = (shape.dims, dtype_name, like.n_sets, like.calls_per_trip, like.fused_link)
         if key not in self._scaffold_cache:
             dtype = DTYPES[dtype_name]
-            # The first op's loop shape; the result is per call.
-            plan = dataclasses.replace(like, fused_link=False)
+            plan = like  # the first op's loop shape; the result is per call
             sets = make_sets("scaffold", shape, dtype, plan, self.seed)
             outs = initial_outputs("scaffold", "xla", plan, sets)
             scale = jnp.ones((), dtype)
