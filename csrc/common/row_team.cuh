@@ -36,8 +36,8 @@ struct RowTeam {
   // (the launcher plans no others), so the team's geometry is shifts: with
   // divisions by runtime values, a 144x1280 reduce_sum executed three times
   // XLA's instructions (ncu).
-  __device__ explicit RowTeam(int team_lanes)
-      : lanes(team_lanes), lanes_log2(__ffs(team_lanes) - 1) {
+  __device__ explicit RowTeam(int team_lanes) : lanes(team_lanes) {
+    lanes_log2 = __ffs(team_lanes) - 1;
     const int block_log2 = __ffs(blockDim.x) - 1;
     if (lanes_log2 <= block_log2) {
       lane = threadIdx.x & (team_lanes - 1);
