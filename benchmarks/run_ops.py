@@ -1076,7 +1076,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     for op, dtype_name, shape in cases:
         itemsize = jnp.dtype(DTYPES[dtype_name]).itemsize
-        xla_median = None
+        xla_median, xla_loop_ok = None, True
         for backend in case_backends:
             row = Row(op, shape.label, list(shape.dims), dtype_name, backend, bytes_moved(op, shape, itemsize))
             try:
@@ -1087,7 +1087,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         op, backend, shape, dtype_name)
                     median = timing.median_s
                     if backend == "xla":
-                        xla_median = median
+                        xla_median, xla_loop_ok = median, timing.loop.ok
+                    # A loop that did not compile as planned (XLA merging
+                    # calls, copies) times something else: no ratio from it.
+                    comparable = (xla_median and backend != "xla" and median > 0
+                                  and xla_loop_ok and timing.loop.ok)
                     footprint = row.bytes_moved * timing.plan.n_sets
                     row.bench = {
                         "median_us": median * 1e6,
@@ -1101,7 +1105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "tbps": row.bytes_moved / median / 1e12 if median > 0 else math.nan,
                         "pct_of_ceiling": (row.bytes_moved / median / 1e12) / ceiling["tbps"] * 100
                         if median > 0 else math.nan,
-                        "speedup_vs_xla": (xla_median / median) if (xla_median and backend != "xla" and median > 0) else None,
+                        "speedup_vs_xla": xla_median / median if comparable else None,
                         "scheme": timing.plan.scheme, "rotating_sets": timing.plan.n_sets,
                         "calls_per_executable": timing.plan.calls, "executables_per_sample": timing.calls_per_sample,
                         "l2_resident": footprint < 2 * settings.cache_bytes,
@@ -1129,7 +1133,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     failures = [r for r in rows if (r.test and not r.test["passed"]) or r.error]
     suspicious = [r for r in rows if r.bench and not r.bench["loop_ok"]]
     if suspicious:
-        notes.append(f"{len(suspicious)} timed cases whose loop did not compile as expected (see loop_detail)")
+        notes.append(f"{len(suspicious)} timed cases whose loop did not compile as expected "
+                     "(see loop_detail); no speedup is computed from them")
     if failures:
         notes.append(f"{len(failures)} cases FAILED (test or error)")
     command = "python benchmarks/run_ops.py " + " ".join(shlex.quote(a) for a in argv_list)
