@@ -1,9 +1,12 @@
-"""Inputs and comparisons shared by the op tests."""
+"""Inputs and comparisons shared by the op tests, and where nvcc is."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import os
+import shutil
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -48,3 +51,16 @@ def sum_scale(n: int) -> float:
 
 def hlo_text(f, *args) -> str:
     return jax.jit(f).lower(*args).as_text()
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _nvcc() -> str | None:
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidate = os.path.join(cuda_home, "bin", "nvcc")
+    return shutil.which("nvcc") or (candidate if os.path.exists(candidate) else None)
+
+
+# For the tests that build CUDA code without running it (no GPU needed).
+NVCC = _nvcc()

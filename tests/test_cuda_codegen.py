@@ -14,9 +14,7 @@ correct result does not show:
 from __future__ import annotations
 
 import concurrent.futures
-import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -24,17 +22,9 @@ import pytest
 
 import jax.ffi
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import NVCC, ROOT
+
 OPS = ("copy", "vector_add", "reduce_sum", "softmax")
-
-
-def _nvcc() -> str | None:
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    candidate = os.path.join(cuda_home, "bin", "nvcc")
-    return shutil.which("nvcc") or (candidate if os.path.exists(candidate) else None)
-
-
-NVCC = _nvcc()
 pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 
 

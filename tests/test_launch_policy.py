@@ -1,0 +1,119 @@
+"""The row kernels' launch plans (csrc/common/row_team.cuh), checked without a GPU.
+
+The plans are host code: a small driver built with nvcc prints the plan that
+PlanRowLaunch makes for a shape, and the tests hold it to what the softmax and
+reduce_sum pages and tests/test_softmax.py say each row length gets: warp
+lanes, a block, a cluster of blocks (the softmax backward only, Hopper only),
+or one block streaming the row. Skips where nvcc is missing.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+import jax.ffi
+
+from helpers import NVCC, ROOT
+
+pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+
+DRIVER = r"""
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include "reduce_sum/reduce_sum_kernel.cuh"
+#include "softmax/softmax_kernel.cuh"
+using namespace jax_camp;
+
+template <typename Policy>
+RowLaunch Plan(long rows, long cols, int pack, bool clusters) {
+  return PlanRowLaunch(rows, cols / pack, LimitsOf<Policy>(pack, clusters), 132);
+}
+
+int main(int argc, char** argv) {
+  const char* kernel = argv[1];
+  const long rows = atol(argv[2]), cols = atol(argv[3]);
+  const int pack = atoi(argv[4]);
+  const bool clusters = atoi(argv[5]) != 0;
+  const RowLaunch plan =
+      !strcmp(kernel, "forward")    ? Plan<softmax::ForwardPolicy>(rows, cols, pack, clusters)
+      : !strcmp(kernel, "backward") ? Plan<softmax::BackwardPolicy>(rows, cols, pack, clusters)
+                                    : Plan<reduce_sum::Policy>(rows, cols, pack, clusters);
+  printf("%d %d %d %d %d\n", plan.lanes, plan.chunk, plan.threads, plan.cluster, plan.blocks);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("plans")
+    (tmp / "driver.cu").write_text(DRIVER)
+    binary = tmp / "driver"
+    subprocess.run(
+        [NVCC, "-std=c++17", "-O1", "-arch=sm_90", "--expt-relaxed-constexpr",
+         f"-I{jax.ffi.include_dir()}", f"-I{ROOT / 'csrc'}", str(tmp / "driver.cu"),
+         "-o", str(binary)],
+        capture_output=True, text=True, check=True,
+    )
+
+    def run(kernel: str, rows: int, cols: int, pack: int, clusters: bool = True) -> dict[str, int]:
+        out = subprocess.run([str(binary), kernel, str(rows), str(cols), str(pack), str(int(clusters))],
+                             capture_output=True, text=True, check=True).stdout.split()
+        lanes, chunk, threads, cluster, blocks = map(int, out)
+        holds = lanes * chunk >= cols // pack
+        return dict(lanes=lanes, chunk=chunk, threads=threads, cluster=cluster, blocks=blocks, holds=holds)
+
+    return run
+
+
+# (kernel, cols, pack): (team, packs a thread, row held in registers).
+# pack 4 is float32's 16-byte pack, 8 a 16-bit type's, 1 an unaligned row's.
+EXPECTED = {
+    ("forward", 128, 4): ("8 lanes", 4, True),
+    ("forward", 1024, 4): ("block of 64", 4, True),
+    ("forward", 8192, 4): ("block of 128", 16, True),
+    ("forward", 32768, 4): ("block of 512", 16, True),
+    ("forward", 40_000, 4): ("block of 512", 16, False),
+    ("forward", 300_000, 8): ("block of 512", 8, False),
+    ("backward", 8192, 4): ("block of 256", 8, True),
+    ("backward", 12_000, 4): ("cluster of 2", 8, True),
+    ("backward", 20_000, 4): ("cluster of 4", 8, True),
+    ("backward", 32768, 8): ("cluster of 4", 4, True),
+    ("backward", 40_000, 4): ("cluster of 8", 8, True),
+    ("backward", 65_544, 4): ("cluster of 16", 8, True),
+    ("backward", 200_000, 4): ("block of 512", 8, False),
+    ("backward", 40_001, 1): ("block of 512", 8, False),
+    ("reduce", 262144, 4): ("block of 512", 16, False),
+}
+
+
+def _team(p: dict[str, int]) -> str:
+    if p["cluster"] > 1:
+        return f"cluster of {p['cluster']}"
+    if p["lanes"] <= 32:
+        return f"{p['lanes']} lanes"
+    return f"block of {p['threads']}"
+
+
+@pytest.mark.parametrize("kernel,cols,pack", list(EXPECTED))
+def test_plan(plan, kernel, cols, pack):
+    p = plan(kernel, 3, cols, pack)
+    assert (_team(p), p["chunk"], p["holds"]) == EXPECTED[(kernel, cols, pack)]
+    if p["cluster"] > 1:
+        assert p["threads"] == 256 and p["lanes"] == 256 * p["cluster"]
+        assert p["blocks"] % p["cluster"] == 0
+
+
+def test_no_clusters_without_device_support(plan):
+    """Where the device cannot launch clusters, the backward streams the rows clusters would hold."""
+    p = plan("backward", 3, 20_000, 4, clusters=False)
+    assert (_team(p), p["holds"]) == ("block of 512", False)
+
+
+def test_grid_is_capped_and_whole_clusters(plan):
+    p = plan("backward", 4096, 32768, 4)
+    assert p["cluster"] == 4 and p["blocks"] % 4 == 0 and p["blocks"] < 4096 * 4
+    p = plan("forward", 262144, 128, 4)
+    assert p["blocks"] == 132 * (2048 // 256) * 4  # 4 waves of resident blocks, rows looped over
