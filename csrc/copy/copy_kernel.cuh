@@ -1,6 +1,6 @@
 // copy: y[i] = x[i]. A grid-stride loop, so any size runs on any grid; each
 // thread moves kPack elements at a time (one 128-bit access when the launcher
-// found both pointers 16-byte aligned), several packs in flight at once.
+// found both pointers 16-byte aligned), kUnroll packs a tile.
 #pragma once
 
 #include <cstdint>
@@ -9,10 +9,11 @@
 
 namespace jax_camp::copy {
 
-// Two 16-byte packs a thread a tile: with four, 48-64 registers a thread
-// left 4 blocks an SM and float32 ran 3-5% slower on the H200
-// (benchmarks/results/2026-11-29-h200-v3b-elementwise.txt).
-constexpr int kUnroll = 2;
+// One 16-byte pack a thread a tile, a block a tile: on the H200 four packs
+// ran 3-5% slower than two (registers cost blocks an SM), and one ran 0-4%
+// faster than two at 268 MB and more (benchmarks/results/
+// 2026-11-29-h200-v3b-elementwise.txt, -v4b-copy.txt).
+constexpr int kUnroll = 1;
 
 template <typename T, int kPack>
 __global__ void CopyKernel(const T* __restrict__ x, T* __restrict__ y, int64_t n) {
