@@ -83,3 +83,24 @@ def test_copy_and_add_take_flat_shapes(harness, tmp_path: Path) -> None:
     rows = json.loads(report_path.read_text())["rows"]
     assert [r["shape"] for r in rows] == ["8x33", "100"]
     assert all(r["test"]["passed"] for r in rows)
+
+
+def test_no_speedup_from_a_loop_that_went_wrong(harness, tmp_path: Path, monkeypatch) -> None:
+    """A ratio against an XLA loop that merged calls or copied would compare different work."""
+    real_inspect = harness.inspect_loop
+
+    def xla_merged(hlo, op, backend, plan):
+        report = real_inspect(hlo, op, backend, plan)
+        if backend == "xla":
+            return harness.LoopReport(False, "only 1 kernels for 8 calls", report.custom_calls, 1, 0)
+        return report
+
+    monkeypatch.setattr(harness, "inspect_loop", xla_merged)
+    report_path = tmp_path / "r.json"
+    rc = harness.main(["--op", "softmax", "--backend", "all", "--mode", "bench", *TINY,
+                       "--json", str(report_path)])
+    assert rc == 0
+    rows = {r["backend"]: r for r in json.loads(report_path.read_text())["rows"]}
+    assert rows["xla"]["bench"]["loop_ok"] is False
+    assert rows["cpu"]["bench"]["loop_ok"] is True
+    assert rows["cpu"]["bench"]["median_us"] > 0 and rows["cpu"]["bench"]["speedup_vs_xla"] is None
