@@ -76,8 +76,7 @@ class Settings:
 
 
 # 20 ms of work an executable: its launch and first trip cost tens of
-# microseconds, which at 2 ms (16 calls of a 130 us op) came to 6-9 us a call,
-# counted in XLA's fused-link elementwise ops, subtracted from the others.
+# microseconds, which at 2 ms (16 calls of a 130 us op) came to 6-9 us a call.
 GPU_SETTINGS = Settings(5, 20e-3, 8e-3, 60 * MIB, 16, 2 * GIB)
 CPU_SETTINGS = Settings(3, 2e-3, 5e-3, 32 * MIB, 2, 32 * MIB)
 
@@ -351,11 +350,11 @@ class LoopPlan:
     through optimization_barrier does not survive XLA's passes), and rotating
     sets keeps small inputs out of L2.
     The element goes in by an in-place one-element update of the input set, a
-    tiny kernel of its own whose cost is timed alone (the scaffold) and
-    subtracted; except for XLA's own elementwise ops (fused_link), where it
-    is added in as input + 0 * element, which XLA fuses into the op at no
-    cost, so nothing is subtracted. (XLA fused the update into x + y as well,
-    and then copied x whole to also update it in place.) An earlier "chain"
+    tiny kernel of its own; for XLA's own elementwise ops (fused_link) it is
+    added in as input + 0 * element instead, which XLA fuses into the op at
+    no cost (XLA fused the update into x + y as well, and then copied x whole
+    to also update it in place). Either link, with the loop's own cost, is
+    timed alone (the scaffold) and subtracted. An earlier "chain"
     scheme fed copy's and vector_add's output back as their input: XLA's
     fused op then ran in place on two buffers where a custom call needs
     three, so shapes near the 50 MB L2 stayed in cache for XLA alone
@@ -772,10 +771,13 @@ def profile_cross_check(timer: Timer, backend: str, op: str, shape: Shape, dtype
 
 
 def measure_floor(settings: Settings) -> float:
-    """Per-call cost of a near-empty op in the timing loop: launch overhead only."""
+    """Per-call cost of the loop's one-element link kernel alone: what a tiny
+    kernel costs in the timing loop. (A near-empty XLA op is no measure: XLA
+    merges tiny linked calls.)"""
     timer = Timer(settings, 1e12, 2e-6, 0)
-    timing = timer.time_case("copy", "xla", Shape("256", (256,)), "float32")
-    return timing.median_s
+    shape = Shape("256", (256,))
+    plan = plan_for("scaffold", "xla", shape, 4, 1e12, settings, 2e-6)
+    return timer._scaffold(shape, "float32", plan)
 
 
 # --------------------------------------------------------------------------
