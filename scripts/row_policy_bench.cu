@@ -64,6 +64,21 @@ void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select
   std::printf(" %7.1f us (c%2d,l%4d)", ms * 1000 / kCalls, plan.chunk, plan.lanes);
 }
 
+// One line of the table: the kernel under half the policy's lanes, the
+// policy's plan, twice its lanes, and the policy's plan without clusters.
+template <typename T, typename Policy, typename Select, typename... Args>
+void TimeRow(const char* kernel, const char* dtype, int64_t rows, int64_t cols, Select select,
+             Args... args) {
+  std::printf("%-8s %-8s %6lldx%-6lld", kernel, dtype, (long long)rows, (long long)cols);
+  const struct {
+    int lanes_scale;
+    bool clusters;
+  } plans[] = {{-2, true}, {1, true}, {2, true}, {1, false}};
+  for (const auto& plan : plans)
+    TimePlan<T, Policy>(plan.lanes_scale, plan.clusters, rows, cols, select, args...);
+  std::printf("\n");
+}
+
 template <typename T>
 void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   T *x, *y, *g;
@@ -73,27 +88,18 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   BENCH_CHECK(cudaMalloc(&g, bytes));
   BENCH_CHECK(cudaMemset(x, 0x3c, bytes));  // finite values, not zeros
   BENCH_CHECK(cudaMemset(g, 0x3c, bytes));
-  // Half, the policy's, twice the lanes; then the policy's without clusters.
-  const int scales[] = {-2, 1, 2, 0};
-  std::printf("forward  %-8s %6lldx%-6lld", dtype, (long long)rows, (long long)cols);
-  for (int t : scales)
-    TimePlan<T, softmax::ForwardPolicy>(
-        t ? t : 1, t != 0, rows, cols,
-        [](auto p, auto c) { return softmax::SoftmaxForwardKernel<T, decltype(p)::value, decltype(c)::value>; },
-        (const T*)x, y, rows, cols);
-  std::printf("\nbackward %-8s %6lldx%-6lld", dtype, (long long)rows, (long long)cols);
-  for (int t : scales)
-    TimePlan<T, softmax::BackwardPolicy>(
-        t ? t : 1, t != 0, rows, cols,
-        [](auto p, auto c) { return softmax::SoftmaxBackwardKernel<T, decltype(p)::value, decltype(c)::value>; },
-        (const T*)y, (const T*)g, x, rows, cols);
-  std::printf("\nreduce   %-8s %6lldx%-6lld", dtype, (long long)rows, (long long)cols);
-  for (int t : scales)
-    TimePlan<T, reduce_sum::Policy>(
-        t ? t : 1, t != 0, rows, cols,
-        [](auto p, auto c) { return reduce_sum::ReduceSumKernel<T, decltype(p)::value, decltype(c)::value>; },
-        (const T*)x, y, rows, cols);
-  std::printf("\n");
+  TimeRow<T, softmax::ForwardPolicy>(
+      "forward", dtype, rows, cols,
+      [](auto p, auto c) { return softmax::SoftmaxForwardKernel<T, decltype(p)::value, decltype(c)::value>; },
+      (const T*)x, y, rows, cols);
+  TimeRow<T, softmax::BackwardPolicy>(
+      "backward", dtype, rows, cols,
+      [](auto p, auto c) { return softmax::SoftmaxBackwardKernel<T, decltype(p)::value, decltype(c)::value>; },
+      (const T*)y, (const T*)g, x, rows, cols);
+  TimeRow<T, reduce_sum::Policy>(
+      "reduce", dtype, rows, cols,
+      [](auto p, auto c) { return reduce_sum::ReduceSumKernel<T, decltype(p)::value, decltype(c)::value>; },
+      (const T*)x, y, rows, cols);
   BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(y));
   BENCH_CHECK(cudaFree(g));

@@ -22,7 +22,8 @@ namespace jax_camp {
 struct RowTeam {
   // Shared floats a row kernel declares for Reduce: one per warp, and two
   // slots that a cluster team's blocks read each other's results from.
-  static constexpr int kScratchFloats = 34;
+  static constexpr int kWarpSlots = 32;
+  static constexpr int kScratchFloats = kWarpSlots + 2;
 
   int lanes;  // threads per row: a power of two up to 32, a block, or a cluster
   int lane;   // this thread's place in its team
@@ -72,7 +73,7 @@ struct RowTeam {
     }
     v = BlockReduce(v, op, scratch);
     if (!kClusters || lanes <= blockDim.x) return v;
-    return ClusterReduce(v, op, scratch + 32);
+    return ClusterReduce(v, op, scratch + kWarpSlots);
   }
 
   // A cluster team's blocks read one another's shared memory up to their
