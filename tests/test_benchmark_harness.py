@@ -104,3 +104,11 @@ def test_no_speedup_from_a_loop_that_went_wrong(harness, tmp_path: Path, monkeyp
     assert rows["xla"]["bench"]["loop_ok"] is False
     assert rows["cpu"]["bench"]["loop_ok"] is True
     assert rows["cpu"]["bench"]["median_us"] > 0 and rows["cpu"]["bench"]["speedup_vs_xla"] is None
+
+
+def test_xla_elementwise_loop_has_no_copies(harness) -> None:
+    """XLA's own add takes the link fused: with the in-place update it copied x whole every call."""
+    timer = harness.Timer(harness.CPU_SETTINGS, 2e10, 5e-6, 0)
+    timing = timer.time_case("vector_add", "xla", harness.parse_shape("1001*16"), "float32")
+    assert timing.plan.fused_link
+    assert timing.loop.copies == 0 and timing.loop.ok, timing.loop.detail
