@@ -6,7 +6,7 @@
 //     -I$(python -c "import jax.ffi; print(jax.ffi.include_dir())") \
 //     scripts/row_policy_bench.cu -o build/row_policy_bench
 // and prints microseconds per call for each shape, dtype and plan
-// (c: packs a thread, l: lanes a row): half the policy's lanes, the policy's,
+// (c: packs a thread, l: lanes a row, s: streamed): half the policy's lanes, the policy's,
 // twice its lanes, and last the policy's plan without thread-block clusters.
 #include <cstdio>
 #include <vector>
@@ -39,16 +39,12 @@ void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select
   lanes = lanes_scale > 0 ? lanes * lanes_scale : lanes / -lanes_scale;
   const int max_lanes =
       std::max(Policy::kMaxThreads, limits.cluster_threads * kMaxClusterBlocks);
-  if (lanes < 1 || lanes > max_lanes || int64_t{lanes} * kMaxChunk < num_packs) {
-    std::printf(" %20s", "-");
+  if (lanes < 1 || lanes > max_lanes || (lanes_scale != 1 && int64_t{lanes} * kMaxChunk < num_packs)) {
+    std::printf(" %21s", "-");
     return;
   }
   const RowLaunch plan = PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count);
-  auto launch = [&] {
-    return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
-      return LaunchRowPlan("bench", nullptr, plan, select(IntTag<kPack>{}, chunk), args...);
-    });
-  };
+  auto launch = [&] { return LaunchRowKernelAs<Policy, kPack>("bench", nullptr, plan, select, args...); };
   for (int i = 0; i < 3; ++i) launch();
   cudaEvent_t start, stop;
   BENCH_CHECK(cudaEventCreate(&start));
@@ -61,7 +57,8 @@ void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select
   BENCH_CHECK(cudaGetLastError());
   float ms = 0;
   BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  std::printf(" %7.1f us (c%2d,l%4d)", ms * 1000 / kCalls, plan.chunk, plan.lanes);
+  std::printf(" %7.1f us (c%2d,l%4d%c)", ms * 1000 / kCalls, plan.chunk, plan.lanes,
+              plan.streamed ? 's' : ' ');
 }
 
 // One line of the table: the kernel under half the policy's lanes, the
@@ -90,15 +87,17 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   BENCH_CHECK(cudaMemset(g, 0x3c, bytes));
   TimeRow<T, softmax::ForwardPolicy>(
       "forward", dtype, rows, cols,
-      [](auto p, auto c) { return softmax::SoftmaxForwardKernel<T, decltype(p)::value, decltype(c)::value>; },
+      [](auto p, auto c, auto s) {
+        return softmax::SoftmaxForwardKernel<T, decltype(p)::value, decltype(c)::value, decltype(s)::value>;
+      },
       (const T*)x, y, rows, cols);
   TimeRow<T, softmax::BackwardPolicy>(
       "backward", dtype, rows, cols,
-      [](auto p, auto c) { return softmax::SoftmaxBackwardKernel<T, decltype(p)::value, decltype(c)::value>; },
+      [](auto p, auto c, auto) { return softmax::SoftmaxBackwardKernel<T, decltype(p)::value, decltype(c)::value>; },
       (const T*)y, (const T*)g, x, rows, cols);
   TimeRow<T, reduce_sum::Policy>(
       "reduce", dtype, rows, cols,
-      [](auto p, auto c) { return reduce_sum::ReduceSumKernel<T, decltype(p)::value, decltype(c)::value>; },
+      [](auto p, auto c, auto) { return reduce_sum::ReduceSumKernel<T, decltype(p)::value, decltype(c)::value>; },
       (const T*)x, y, rows, cols);
   BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(y));

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda_common.cuh"
 
@@ -149,6 +150,11 @@ struct RowChunk {
   }
 
   __device__ __forceinline__ float Value(int i, int k) const { return packs[i].Get(k); }
+
+  // Overwrites pack i with `values`, rounded to T.
+  __device__ __forceinline__ void Replace(int i, const float (&values)[kPack]) {
+    packs[i].Set(values);
+  }
 };
 
 template <int kPack, typename T>
@@ -203,13 +209,15 @@ constexpr int kMaxClusterBlocks = 16;
 constexpr int kMaxPortableClusterBlocks = 8;
 
 // A row kernel's launch plan: `chunk` packs a thread (a power of two),
-// `lanes` threads a row, in teams of one block or of `cluster` blocks.
+// `lanes` threads a row, in teams of one block or of `cluster` blocks;
+// `streamed` when a row is longer than the team's chunks hold.
 struct RowLaunch {
   int chunk;
   int lanes;
   int blocks;
   int threads;
   int cluster;
+  bool streamed;
 };
 
 constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp lanes
@@ -226,8 +234,10 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp la
 //   reduce and store phases overlap with other blocks', beat large ones.
 //   Rows that need more lanes than `cluster_threads` take a cluster of blocks
 //   of that size, so that two or more blocks still share each SM, up to
-//   kMaxClusterBlocks; rows longer still are streamed through one block of
-//   `max_threads`, chunk after chunk.
+//   kMaxClusterBlocks, then clusters of that many larger blocks, up to
+//   `max_threads` (bfloat16 1024x262144 backward: 465 us held in 16 blocks
+//   of 512, 638 us streamed); rows longer still are streamed through one
+//   block of `max_threads`, chunk after chunk.
 // - chunk: the fewest packs a thread that hold the row (a power of two), so
 //   short rows keep few registers and many warps resident.
 // - grid: one team a row, capped at 4 waves of resident blocks; the kernels
@@ -235,7 +245,7 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp la
 inline int RowLanes(int64_t num_packs, const RowLimits& limits) {
   constexpr int64_t kMinChunk = 4;
   const int64_t max_lanes = limits.cluster_threads > 0
-                                ? int64_t{limits.cluster_threads} * kMaxClusterBlocks
+                                ? int64_t{limits.max_threads} * kMaxClusterBlocks
                                 : limits.max_threads;
   const int64_t lanes_for_chunk = (num_packs + limits.max_chunk - 1) / limits.max_chunk;
   if (lanes_for_chunk > max_lanes) return limits.max_threads;  // streamed
@@ -259,14 +269,15 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
     threads = kRowsBlockThreads;
   } else if (limits.cluster_threads > 0 && lanes > limits.cluster_threads &&
              int64_t{lanes} * chunk >= num_packs) {  // streamed rows keep to one block
-    threads = limits.cluster_threads;
+    threads = std::max(limits.cluster_threads, lanes / kMaxClusterBlocks);
     cluster = lanes / threads;
   }
   const int64_t rows_per_block = std::max(1, threads / lanes);
   const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block * cluster;
   const int64_t clusters_cap = int64_t{sm_count} * (2048 / threads) * 4 / cluster;
   const int64_t cap = std::max<int64_t>(clusters_cap, 1) * cluster;
-  return {chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads, cluster};
+  return {chunk,   lanes, static_cast<int>(std::min(wanted, cap)), threads, cluster,
+          int64_t{lanes} * chunk < num_packs};
 }
 
 inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, const RowLimits& limits,
@@ -305,9 +316,27 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
   return CheckCuda(cudaLaunchKernelEx(&config, kernel, args..., plan.lanes), what);
 }
 
-// Plans a row kernel's launch by its RowPolicy and launches
-// select_kernel(IntTag<pack>, IntTag<chunk>) with args..., plan.lanes.
-// 128-bit packs when the rows are 16-byte aligned.
+// Launches select_kernel(IntTag<pack>, IntTag<chunk>, std::bool_constant<streamed>)
+// under `plan` with args..., plan.lanes. Rows are streamed only at the largest
+// chunk, so only that chunk has a streaming kernel: a kernel that holds its
+// rows can then keep to the registers that holding needs.
+template <typename Policy, int kPack, typename SelectKernel, typename... Args>
+ffi::Error LaunchRowKernelAs(const char* what, cudaStream_t stream, const RowLaunch& plan,
+                             SelectKernel select_kernel, Args... args) {
+  constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, kPack);
+  return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
+    if constexpr (decltype(chunk)::value == kMaxChunk) {
+      if (plan.streamed)
+        return LaunchRowPlan(what, stream, plan,
+                             select_kernel(IntTag<kPack>{}, chunk, std::true_type{}), args...);
+    }
+    return LaunchRowPlan(what, stream, plan,
+                         select_kernel(IntTag<kPack>{}, chunk, std::false_type{}), args...);
+  });
+}
+
+// Plans a row kernel's launch by its RowPolicy and launches it (see
+// LaunchRowKernelAs), in 128-bit packs when the rows are 16-byte aligned.
 template <typename T, typename Policy, typename SelectKernel, typename... Args>
 ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, int64_t cols,
                            bool aligned, SelectKernel select_kernel, Args... args) {
@@ -320,13 +349,8 @@ ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, 
   const int pack = packed ? kPack : 1;
   const RowLaunch plan =
       PlanRowLaunch(rows, cols / pack, LimitsOf<Policy>(pack, *clusters), *sm_count);
-  auto launch = [&](auto pack_tag) {
-    constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, decltype(pack_tag)::value);
-    return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
-      return LaunchRowPlan(what, stream, plan, select_kernel(pack_tag, chunk), args...);
-    });
-  };
-  return packed ? launch(IntTag<kPack>{}) : launch(IntTag<1>{});
+  return packed ? LaunchRowKernelAs<Policy, kPack>(what, stream, plan, select_kernel, args...)
+                : LaunchRowKernelAs<Policy, 1>(what, stream, plan, select_kernel, args...);
 }
 
 }  // namespace jax_camp

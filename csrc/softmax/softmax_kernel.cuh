@@ -6,8 +6,8 @@
 // to it up to 32768 columns): one read of x, the row max, then exp(x - max)
 // once per element, kept in registers while the team adds it up, then scaled
 // by 1 / sum and written. One exp per element matters: for 16-bit inputs the
-// SFU's exp2 rate comes close to HBM's with two. (Threads holding 64 values
-// have no registers left for the exps and compute them twice.)
+// SFU's exp2 rate comes close to HBM's with two. Each exp takes its x's
+// place in the registers.
 // Longer rows are streamed, two passes over x instead of the textbook three:
 // each thread keeps an online (max, sum of exp(x - max)) over its share,
 // rescaling its sum when its max grows; the team then agrees on the row max,
@@ -39,7 +39,7 @@ namespace jax_camp::softmax {
 // slower in clusters than in one block (scripts/row_policy_bench.cu, v4 in
 // docs/performance_notes.md): 310 against 285 us at 32768 columns, and 874
 // against the streamed 821 at 262144.
-using ForwardPolicy = RowPolicy<64, 512, 128>;
+using ForwardPolicy = RowPolicy<64, 512, 128, 512>;
 using BackwardPolicy = RowPolicy<32, 512, 64, 256>;
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
@@ -81,31 +81,25 @@ __device__ __forceinline__ void SoftmaxRowInRegisters(const T* x, T* y, int64_t 
     for (int k = 0; k < kPack; ++k) thread_max = fmaxf(thread_max, v[k]);
   });
   const float row_max = team.Reduce<ForwardPolicy>(thread_max, MaxOp{}, scratch);
-  // Up to 32 values a thread the exps stay in registers; at 64, holding them
-  // beside the chunk spilled (nvcc -Xptxas -v), so they are computed again,
-  // as in the scalar path (unaligned rows), where keeping them spilled too.
-  constexpr bool kKeepExps = kPack > 1 && kChunk * kPack <= 32;
-  float e[kKeepExps ? kChunk : 1][kPack];
+  // Each exp replaces its x in the chunk, so that it is computed once without
+  // more registers (kept beside the chunk, 64 values a thread spilled). For
+  // 16-bit types this rounds it to T before the scaling: within one unit in
+  // the last place of the output (jax.nn.softmax rounds its exps to T too).
   float thread_sum = 0.f;
   chunk.ForEach(packs, 0, team, [&](int i, int64_t, const float(&v)[kPack]) {
+    float exps[kPack];
 #pragma unroll
     for (int k = 0; k < kPack; ++k) {
-      const float exp = Exp(v[k] - row_max);
-      if constexpr (kKeepExps) e[i][k] = exp;
-      thread_sum += exp;
+      exps[k] = Exp(v[k] - row_max);
+      thread_sum += exps[k];
     }
+    chunk.Replace(i, exps);
   });
   const float inv_sum = 1.f / team.Reduce<ForwardPolicy>(thread_sum, SumOp{}, scratch);
-  chunk.ForEach(packs, 0, team, [&](int i, int64_t col, const float(&v)[kPack]) {
+  chunk.ForEach(packs, 0, team, [&](int, int64_t col, const float(&e)[kPack]) {
     float out[kPack];
 #pragma unroll
-    for (int k = 0; k < kPack; ++k) {
-      if constexpr (kKeepExps) {
-        out[k] = e[i][k] * inv_sum;
-      } else {
-        out[k] = Exp(v[k] - row_max) * inv_sum;
-      }
-    }
+    for (int k = 0; k < kPack; ++k) out[k] = e[k] * inv_sum;
     StorePack(y + col, out);
   });
 }
@@ -146,28 +140,35 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
   }
 }
 
-// The minimum of 1 block an SM lets ptxas use the registers it needs:
-// without it, it capped two scalar-path instantiations at 40 and spilled.
-template <typename T, int kPack, int kChunk>
-__global__ void __launch_bounds__(ForwardPolicy::kMaxThreads, 1)
+// Blocks an SM that a forward kernel's registers must leave room for. A
+// block that holds its rows loads, reduces and stores in turn; a second block
+// an SM overlaps one's stores with the other's loads: bfloat16 4096x32768
+// (64 values, 128 bytes a thread) ran 185 us in one 96-register block an SM
+// and 135 us in two of 64 (docs/performance_notes.md, v5). Larger chunks
+// need more than 64 registers; and with 1 block ptxas takes what it needs,
+// where a lower cap once spilled the scalar path.
+template <typename T, int kPack, int kChunk, bool kStreamed>
+constexpr int kForwardMinBlocks = !kStreamed && sizeof(T) * kPack * kChunk <= 128 ? 2 : 1;
+
+// kStreamed: rows longer than the team's chunks hold (only at the largest
+// chunk; see LaunchRowKernel).
+template <typename T, int kPack, int kChunk, bool kStreamed>
+__global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
+                                  kForwardMinBlocks<T, kPack, kChunk, kStreamed>)
     SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
                          int lanes) {
   __shared__ float scratch[RowTeam::kScratchFloats];
   RowTeam team(lanes);
   const int64_t num_packs = cols / kPack;
-  // The launch policy streams rows only at the largest chunk; smaller chunks
-  // compile the in-register path alone.
-  const bool row_in_registers = kChunk < ChunkPacks(ForwardPolicy::kMaxChunkElements, kPack) ||
-                                num_packs <= int64_t{lanes} * kChunk;
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
     const int64_t packs = valid ? num_packs : 0;
     const int64_t offset = (valid ? row : 0) * cols;
-    if (row_in_registers) {
-      SoftmaxRowInRegisters<T, kPack, kChunk>(x + offset, y + offset, packs, team, scratch);
-    } else {
+    if constexpr (kStreamed) {
       SoftmaxRowStreamed<T, kPack, kChunk>(x + offset, y + offset, packs, team, scratch);
+    } else {
+      SoftmaxRowInRegisters<T, kPack, kChunk>(x + offset, y + offset, packs, team, scratch);
     }
   }
   team.Finish<ForwardPolicy>();
