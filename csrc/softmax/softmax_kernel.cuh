@@ -33,12 +33,12 @@ namespace jax_camp::softmax {
 // kTeamLanes from scripts/row_policy_bench.cu on the H200: the forward ran
 // 1280- and 1536-column float32 rows 5-10% faster with 128 lanes than with
 // 64; the backward ran 1280 columns 40% slower.
-// The backward's rows longer than a 256-thread block holds go to clusters of
-// such blocks (to 131072 values): 4096x32768 float32 then ran at 98% of the
-// copy ceiling, read once, where one block streamed it. The forward's ran
-// slower in clusters than in one block (scripts/row_policy_bench.cu, v4 in
-// docs/performance_notes.md): 310 against 285 us at 32768 columns, and 874
-// against the streamed 821 at 262144.
+// Rows longer than a block holds go to clusters of blocks (docs/
+// performance_notes.md, v4 and v5). The backward's, of 256 threads: 4096x32768
+// float32 then ran at 98% of the copy ceiling, read once, where one block
+// streamed it. The forward's, of 512: at 32768 columns one block was faster
+// (285 against 310 us in clusters of 2), at 262144 clusters of 8 held the row
+// in 724 us against 804 streamed (float32).
 using ForwardPolicy = RowPolicy<64, 512, 128, 512>;
 using BackwardPolicy = RowPolicy<32, 512, 64, 256>;
 
