@@ -30,20 +30,21 @@ template <typename T, typename Policy, typename Select, typename... Args>
 void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select select,
               Args... args) {
   constexpr int kPack = kPack128<T>;
-  constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, kPack);
   int sm_count = 0;
   BENCH_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
   const int64_t num_packs = cols / kPack;
   const RowLimits limits = LimitsOf<Policy>(kPack, clusters);
   int lanes = RowLanes(num_packs, limits);
   lanes = lanes_scale > 0 ? lanes * lanes_scale : lanes / -lanes_scale;
-  const int max_lanes =
-      std::max(Policy::kMaxThreads, limits.cluster_threads * kMaxClusterBlocks);
-  if (lanes < 1 || lanes > max_lanes || (lanes_scale != 1 && int64_t{lanes} * kMaxChunk < num_packs)) {
+  const int max_lanes = Policy::kMaxThreads * (limits.cluster_threads > 0 ? kMaxClusterBlocks : 1);
+  const RowLaunch plan = lanes >= 1 && lanes <= max_lanes
+                             ? PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count)
+                             : RowLaunch{};
+  // Only the policy's own plan may stream: a neighbour that cannot hold the row is no neighbour.
+  if (plan.lanes == 0 || (lanes_scale != 1 && plan.layout == RowLayout::kStreamed)) {
     std::printf(" %21s", "-");
     return;
   }
-  const RowLaunch plan = PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count);
   auto launch = [&] { return LaunchRowKernelAs<Policy, kPack>("bench", nullptr, plan, select, args...); };
   for (int i = 0; i < 3; ++i) launch();
   cudaEvent_t start, stop;
@@ -58,7 +59,7 @@ void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select
   float ms = 0;
   BENCH_CHECK(cudaEventElapsedTime(&ms, start, stop));
   std::printf(" %7.1f us (c%2d,l%4d%c)", ms * 1000 / kCalls, plan.chunk, plan.lanes,
-              plan.streamed ? 's' : ' ');
+              plan.layout == RowLayout::kStreamed ? 's' : ' ');
 }
 
 // One line of the table: the kernel under half the policy's lanes, the

@@ -156,21 +156,27 @@ struct MaxOp {
   }
 };
 
-// Butterfly reduction: every lane ends with the result, in a fixed order, so
-// sums are bitwise reproducible.
-template <typename Op>
-__device__ __forceinline__ float WarpReduce(float v, Op op) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+// Reductions carry a float, or a struct of floats (softmax's running max and
+// sum) with its own ShuffleXor overload.
+__device__ __forceinline__ float ShuffleXor(float v, int offset) {
+  return __shfl_xor_sync(0xffffffffu, v, offset);
+}
+
+// Butterfly reduction within each group of `width` lanes (a power of two up
+// to 32): every lane ends with its group's result, in a fixed order, so sums
+// are bitwise reproducible.
+template <typename V, typename Op>
+__device__ __forceinline__ V WarpReduce(V v, Op op, int width = 32) {
+  for (int offset = width / 2; offset > 0; offset >>= 1) v = op(v, ShuffleXor(v, offset));
   return v;
 }
 
 // Tree reduction over the block: warps reduce in registers, the per-warp
 // results meet in shared memory. Every thread returns the block's result.
-// `scratch` holds one float per warp; the leading barrier lets callers reuse
+// `scratch` holds one value per warp; the leading barrier lets callers reuse
 // it across successive reductions.
-template <typename Op>
-__device__ __forceinline__ float BlockReduce(float v, Op op, float* scratch) {
+template <typename V, typename Op>
+__device__ __forceinline__ V BlockReduce(V v, Op op, V* scratch) {
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int num_warps = (blockDim.x + 31) / 32;
@@ -178,7 +184,7 @@ __device__ __forceinline__ float BlockReduce(float v, Op op, float* scratch) {
   __syncthreads();
   if (lane == 0) scratch[warp] = v;
   __syncthreads();
-  float result = scratch[0];
+  V result = scratch[0];
   for (int w = 1; w < num_warps; ++w) result = op(result, scratch[w]);
   return result;
 }

@@ -20,12 +20,17 @@
 
 namespace jax_camp {
 
-struct RowTeam {
-  // Shared floats a row kernel declares for Reduce: one per warp, and two
-  // slots that a cluster team's blocks read each other's results from.
-  static constexpr int kWarpSlots = 32;
-  static constexpr int kScratchFloats = kWarpSlots + 2;
+// The shared memory a row kernel declares for RowTeam::Reduce over values of
+// type V: one per warp, and two slots that a cluster team's blocks read each
+// other's results from.
+template <typename V>
+struct RowScratch {
+  static constexpr int kMaxWarps = 32;
+  V warps[kMaxWarps];
+  V cluster_slots[2];
+};
 
+struct RowTeam {
   int lanes;  // threads per row: a power of two up to 32, a block, or a cluster
   int lane;   // this thread's place in its team
   int64_t first_row;
@@ -60,30 +65,25 @@ struct RowTeam {
   // empty.
   __device__ int64_t RowIn(int64_t group) const { return group + (threadIdx.x >> lanes_log2); }
 
-  // Every lane of the team returns op over the team's values. `scratch` holds
-  // kScratchFloats floats (block and cluster teams only). The kernel's
-  // RowPolicy says whether its teams can be clusters: where they cannot, the
-  // cluster code is left out, since even never run it cost registers.
-  template <typename Policy, typename Op>
-  __device__ float Reduce(float v, Op op, float* scratch) {
-    constexpr bool kClusters = Policy::kClusterBlockThreads > 0;
-    if (lanes <= 32) {
-      for (int offset = lanes / 2; offset > 0; offset >>= 1)
-        v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-      return v;
-    }
-    v = BlockReduce(v, op, scratch);
+  // Every lane of the team returns op over the team's values (block and
+  // cluster teams through `scratch`). kClusters: whether the team can be a
+  // cluster; where it cannot, the cluster code is left out, since even never
+  // run it cost registers.
+  template <bool kClusters, typename V, typename Op>
+  __device__ V Reduce(V v, Op op, RowScratch<V>& scratch) {
+    if (lanes <= 32) return WarpReduce(v, op, lanes);
+    v = BlockReduce(v, op, scratch.warps);
     if (!kClusters || lanes <= blockDim.x) return v;
-    return ClusterReduce(v, op, scratch + kWarpSlots);
+    return ClusterReduce(v, op, scratch.cluster_slots);
   }
 
   // A cluster team's blocks read one another's shared memory up to their
   // last reduction: none may exit before all are past it. Every row kernel
   // calls this last.
-  template <typename Policy>
+  template <bool kClusters>
   __device__ void Finish() const {
 #if __CUDA_ARCH__ >= 900
-    if constexpr (Policy::kClusterBlockThreads > 0) {
+    if constexpr (kClusters) {
       if (lanes > blockDim.x) cooperative_groups::this_cluster().sync();
     }
 #endif
@@ -95,15 +95,17 @@ struct RowTeam {
   // same order everywhere, so the same float). Two slots used in turn need
   // no second barrier: a block posts into a slot again only after the next
   // reduction's barrier, which every block reaches after reading it.
-  template <typename Op>
-  __device__ float ClusterReduce(float v, Op op, float* slots) {
+  template <typename V, typename Op>
+  __device__ V ClusterReduce(V v, Op op, V* slots) {
 #if __CUDA_ARCH__ >= 900
     auto cluster = cooperative_groups::this_cluster();
-    float* slot = slots + (cluster_reductions++ & 1);
+    V* slot = slots + (cluster_reductions++ & 1);
     if (threadIdx.x == 0) *slot = v;
     cluster.sync();
     const int blocks = lanes >> (__ffs(blockDim.x) - 1);
-    float result = *cluster.map_shared_rank(slot, 0);
+    V result = *cluster.map_shared_rank(slot, 0);
+    // Not unrolled: unrolled, it spilled a float32 forward kernel at 64 registers.
+#pragma unroll 1
     for (int rank = 1; rank < blocks; ++rank)
       result = op(result, *cluster.map_shared_rank(slot, rank));
     return result;
@@ -179,15 +181,18 @@ struct IntTag {
 // A row kernel's launch limits: the most values a thread holds
 // (kMaxChunkElements), the most threads a block (kMaxThreads, the kernel's
 // __launch_bounds__), the lanes a row it prefers (kTeamLanes; see RowLanes),
-// and the block size of its cluster teams (kClusterBlockThreads; 0 for none:
-// rows longer than a block holds are then streamed).
+// the block size of its cluster teams (kClusterBlockThreads; 0 for none:
+// rows longer than a block holds are then streamed), and the most values a
+// thread of a cluster team holds (kClusterChunkElements).
 template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue,
-          int kClusterBlockThreadsValue = 0>
+          int kClusterBlockThreadsValue = 0,
+          int kClusterChunkElementsValue = kMaxChunkElementsValue>
 struct RowPolicy {
   static constexpr int kMaxChunkElements = kMaxChunkElementsValue;
   static constexpr int kMaxThreads = kMaxThreadsValue;
   static constexpr int kTeamLanes = kTeamLanesValue;
   static constexpr int kClusterBlockThreads = kClusterBlockThreadsValue;
+  static constexpr int kClusterChunkElements = kClusterChunkElementsValue;
 };
 
 // A policy's limits in packs, for one pack size and device.
@@ -196,35 +201,44 @@ struct RowLimits {
   int max_threads;      // threads a block
   int team_lanes;       // preferred lanes a row
   int cluster_threads;  // threads a block of a cluster team; 0: no clusters
+  int cluster_chunk;    // packs a thread of a team larger than cluster_threads
 };
 
 template <typename Policy>
 RowLimits LimitsOf(int pack, bool clusters) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
-          clusters ? Policy::kClusterBlockThreads : 0};
+          clusters ? Policy::kClusterBlockThreads : 0,
+          ChunkPacks(Policy::kClusterChunkElements, pack)};
 }
 
 // Hopper's largest cluster; past 8 blocks a kernel must opt in.
 constexpr int kMaxClusterBlocks = 16;
 constexpr int kMaxPortableClusterBlocks = 8;
 
+// How a team covers its row: held in its registers, by warp lanes or a
+// block, or by a cluster of blocks; or streamed through them, when the row is
+// longer than the team's chunks hold. Kernels may be compiled for each apart.
+enum class RowLayout { kHeld, kHeldInCluster, kStreamed };
+
+template <RowLayout kLayout>
+using RowLayoutTag = std::integral_constant<RowLayout, kLayout>;
+
 // A row kernel's launch plan: `chunk` packs a thread (a power of two),
-// `lanes` threads a row, in teams of one block or of `cluster` blocks;
-// `streamed` when a row is longer than the team's chunks hold.
+// `lanes` threads a row, in teams of one block or of `cluster` blocks.
 struct RowLaunch {
   int chunk;
   int lanes;
   int blocks;
   int threads;
   int cluster;
-  bool streamed;
+  RowLayout layout;
 };
 
 constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp lanes
 
 // The row kernels' shared launch policy, for rows of `num_packs` packs, from
 // timing each kernel under several plans on the H200
-// (scripts/row_policy_bench.cu; docs/performance_notes.md, v3 and v4):
+// (scripts/row_policy_bench.cu; docs/performance_notes.md, v3 to v5):
 // - lanes a row: at least `team_lanes` (64 or 128, each kernel's fastest)
 //   while each still gets 4 packs (64 bytes in flight a thread), more where
 //   the row needs them to fit `max_chunk` packs a thread, and at least 8 (128
@@ -235,40 +249,50 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp la
 //   Rows that need more lanes than `cluster_threads` take a cluster of blocks
 //   of that size, so that two or more blocks still share each SM, up to
 //   kMaxClusterBlocks, then clusters of that many larger blocks, up to
-//   `max_threads` (bfloat16 1024x262144 backward: 465 us held in 16 blocks
-//   of 512, 638 us streamed); rows longer still are streamed through one
-//   block of `max_threads`, chunk after chunk.
+//   `max_threads`; a cluster team's threads hold at most `cluster_chunk`
+//   packs, for the same reason (softmax forward, float32 1024x262144: 542 us
+//   in 16 blocks of 512 holding 32 values a thread, two blocks an SM; 670 us
+//   in 8 holding 64, one an SM). Rows longer still are streamed through one
+//   block of `max_threads` at `max_chunk`, chunk after chunk.
 // - chunk: the fewest packs a thread that hold the row (a power of two), so
 //   short rows keep few registers and many warps resident.
 // - grid: one team a row, capped at 4 waves of resident blocks; the kernels
 //   loop over the remaining rows.
 inline int RowLanes(int64_t num_packs, const RowLimits& limits) {
   constexpr int64_t kMinChunk = 4;
-  const int64_t max_lanes = limits.cluster_threads > 0
-                                ? int64_t{limits.max_threads} * kMaxClusterBlocks
-                                : limits.max_threads;
-  const int64_t lanes_for_chunk = (num_packs + limits.max_chunk - 1) / limits.max_chunk;
-  if (lanes_for_chunk > max_lanes) return limits.max_threads;  // streamed
+  auto lanes_for = [&](int chunk) { return (num_packs + chunk - 1) / chunk; };
+  int64_t lanes_for_chunk = lanes_for(limits.max_chunk);
+  if (lanes_for_chunk > limits.max_threads) {  // more than a block holds
+    if (limits.cluster_threads == 0) return limits.max_threads;  // streamed
+    lanes_for_chunk = lanes_for(limits.cluster_chunk);
+    if (lanes_for_chunk > int64_t{limits.max_threads} * kMaxClusterBlocks)
+      return limits.max_threads;  // streamed
+  }
   const int64_t lanes_for_overlap =
       std::min<int64_t>(limits.team_lanes, (num_packs + kMinChunk - 1) / kMinChunk);
   const int64_t lanes_wanted =
       std::max({lanes_for_chunk, lanes_for_overlap, std::min<int64_t>(num_packs, 8)});
   int lanes = 1;
-  while (lanes < lanes_wanted && lanes < max_lanes) lanes *= 2;
+  while (lanes < lanes_wanted) lanes *= 2;
   return lanes;
 }
 
-// The plan for a given number of lanes a row (a power of two).
+// The plan for a given number of lanes a row (a power of two, at most
+// kMaxClusterBlocks blocks of max_threads).
 inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lanes,
                                         const RowLimits& limits, int sm_count) {
+  const bool spans_blocks = limits.cluster_threads > 0 && lanes > limits.cluster_threads;
+  const int max_chunk = spans_blocks ? limits.cluster_chunk : limits.max_chunk;
   int chunk = 1;
-  while (int64_t{lanes} * chunk < num_packs && chunk < limits.max_chunk) chunk *= 2;
+  while (int64_t{lanes} * chunk < num_packs && chunk < max_chunk) chunk *= 2;
   int threads = lanes;
   int cluster = 1;
-  if (lanes <= 32) {
+  if (int64_t{lanes} * chunk < num_packs) {  // streamed
+    lanes = threads = limits.max_threads;
+    chunk = limits.max_chunk;
+  } else if (lanes <= 32) {
     threads = kRowsBlockThreads;
-  } else if (limits.cluster_threads > 0 && lanes > limits.cluster_threads &&
-             int64_t{lanes} * chunk >= num_packs) {  // streamed rows keep to one block
+  } else if (spans_blocks) {
     threads = std::max(limits.cluster_threads, lanes / kMaxClusterBlocks);
     cluster = lanes / threads;
   }
@@ -276,8 +300,10 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
   const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block * cluster;
   const int64_t clusters_cap = int64_t{sm_count} * (2048 / threads) * 4 / cluster;
   const int64_t cap = std::max<int64_t>(clusters_cap, 1) * cluster;
-  return {chunk,   lanes, static_cast<int>(std::min(wanted, cap)), threads, cluster,
-          int64_t{lanes} * chunk < num_packs};
+  const RowLayout layout = int64_t{lanes} * chunk < num_packs ? RowLayout::kStreamed
+                           : cluster > 1                      ? RowLayout::kHeldInCluster
+                                                              : RowLayout::kHeld;
+  return {chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads, cluster, layout};
 }
 
 inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, const RowLimits& limits,
@@ -316,22 +342,32 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
   return CheckCuda(cudaLaunchKernelEx(&config, kernel, args..., plan.lanes), what);
 }
 
-// Launches select_kernel(IntTag<pack>, IntTag<chunk>, std::bool_constant<streamed>)
-// under `plan` with args..., plan.lanes. Rows are streamed only at the largest
-// chunk, so only that chunk has a streaming kernel: a kernel that holds its
-// rows can then keep to the registers that holding needs.
+// Launches select_kernel(IntTag<pack>, IntTag<chunk>, RowLayoutTag<layout>)
+// under `plan` with args..., plan.lanes. Rows are streamed only at the
+// largest chunk, and held in clusters only at the cluster chunk (a team gets
+// more lanes only once its threads hold the most they may), so only those
+// chunks have kernels for those layouts: a kernel that holds its rows in one
+// block can then keep to the registers that this needs.
 template <typename Policy, int kPack, typename SelectKernel, typename... Args>
 ffi::Error LaunchRowKernelAs(const char* what, cudaStream_t stream, const RowLaunch& plan,
                              SelectKernel select_kernel, Args... args) {
   constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, kPack);
+  constexpr int kClusterChunk = ChunkPacks(Policy::kClusterChunkElements, kPack);
+  auto launch = [&](auto chunk, auto layout) {
+    return LaunchRowPlan(what, stream, plan, select_kernel(IntTag<kPack>{}, chunk, layout),
+                         args...);
+  };
   return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
-    if constexpr (decltype(chunk)::value == kMaxChunk) {
-      if (plan.streamed)
-        return LaunchRowPlan(what, stream, plan,
-                             select_kernel(IntTag<kPack>{}, chunk, std::true_type{}), args...);
+    constexpr int kChunk = decltype(chunk)::value;
+    if constexpr (kChunk == kMaxChunk) {
+      if (plan.layout == RowLayout::kStreamed)
+        return launch(chunk, RowLayoutTag<RowLayout::kStreamed>{});
     }
-    return LaunchRowPlan(what, stream, plan,
-                         select_kernel(IntTag<kPack>{}, chunk, std::false_type{}), args...);
+    if constexpr (kChunk == kClusterChunk) {
+      if (plan.layout == RowLayout::kHeldInCluster)
+        return launch(chunk, RowLayoutTag<RowLayout::kHeldInCluster>{});
+    }
+    return launch(chunk, RowLayoutTag<RowLayout::kHeld>{});
   });
 }
 

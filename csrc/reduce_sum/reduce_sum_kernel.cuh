@@ -21,7 +21,7 @@ template <typename T, int kPack, int kChunk>
 __global__ void __launch_bounds__(Policy::kMaxThreads)
     ReduceSumKernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols,
                     int lanes) {
-  __shared__ float scratch[RowTeam::kScratchFloats];
+  __shared__ RowScratch<float> scratch;
   RowTeam team(lanes);
   const int64_t num_packs = cols / kPack;
   const int64_t chunk_packs = int64_t{lanes} * kChunk;
@@ -39,10 +39,10 @@ __global__ void __launch_bounds__(Policy::kMaxThreads)
         for (int k = 0; k < kPack; ++k) partial += v[k];
       });
     }
-    const float total = team.Reduce<Policy>(partial, SumOp{}, scratch);
+    const float total = team.Reduce<(Policy::kClusterBlockThreads > 0)>(partial, SumOp{}, scratch);
     if (valid && team.lane == 0) out[row] = FromFloat<T>(total);
   }
-  team.Finish<Policy>();
+  team.Finish<(Policy::kClusterBlockThreads > 0)>();
 }
 
 }  // namespace jax_camp::reduce_sum

@@ -19,9 +19,9 @@ ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
     T* out = static_cast<T*>(y->untyped_data());
     return LaunchRowKernel<T, ForwardPolicy>(
         "launching softmax", stream, rows, cols, IsAligned(in, 16) && IsAligned(out, 16),
-        [](auto pack, auto chunk, auto streamed) {
+        [](auto pack, auto chunk, auto layout) {
           return SoftmaxForwardKernel<T, decltype(pack)::value, decltype(chunk)::value,
-                                      decltype(streamed)::value>;
+                                      decltype(layout)::value>;
         },
         in, out, rows, cols);
   });
@@ -43,7 +43,7 @@ ffi::Error SoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBu
     const bool aligned = IsAligned(y_data, 16) && IsAligned(g_data, 16) && IsAligned(dx_data, 16);
     return LaunchRowKernel<T, BackwardPolicy>(
         "launching softmax_backward", stream, rows, cols, aligned,
-        [](auto pack, auto chunk, auto) {  // one kernel streams or holds
+        [](auto pack, auto chunk, auto) {  // one kernel for every layout
           return SoftmaxBackwardKernel<T, decltype(pack)::value, decltype(chunk)::value>;
         },
         y_data, g_data, dx_data, rows, cols);

@@ -3,18 +3,18 @@
 // thread works through its share in register chunks; arithmetic is float32.
 //
 // Forward, when the row fits in the team's registers (the launch policy sees
-// to it up to 32768 columns): one read of x, the row max, then exp(x - max)
-// once per element, kept in registers while the team adds it up, then scaled
-// by 1 / sum and written. One exp per element matters: for 16-bit inputs the
-// SFU's exp2 rate comes close to HBM's with two. Each exp takes its x's
-// place in the registers.
+// to it up to 262144 columns): one read of x; each thread takes the max of
+// its values and exp(x - that max) once per element, kept in registers in
+// x's place, and adds them up; one team reduction combines the threads'
+// (max, sum) pairs into the row's; each thread scales its exps by
+// exp(its max - row max) / sum and writes them. One exp per element matters:
+// for 16-bit inputs the SFU's exp2 rate comes close to HBM's with two.
 // Longer rows are streamed, two passes over x instead of the textbook three:
 // each thread keeps an online (max, sum of exp(x - max)) over its share,
-// rescaling its sum when its max grows; the team then agrees on the row max,
-// rescales each partial sum to it and adds them. The second pass writes
-// exp(x - max) / sum. Subtracting the max keeps exp from overflowing on large
-// logits and does not change the result: it cancels between numerator and
-// sum.
+// rescaling its sum when its max grows; the team combines the pairs as
+// above. The second pass writes exp(x - max) / sum. Subtracting the max keeps
+// exp from overflowing on large logits and does not change the result: it
+// cancels between numerator and sum.
 //
 // Backward: dx = y * (g - sum(g * y)), one reduction then one write pass; y is
 // the forward's output, so nothing of the forward is recomputed.
@@ -36,10 +36,9 @@ namespace jax_camp::softmax {
 // Rows longer than a block holds go to clusters of blocks (docs/
 // performance_notes.md, v4 and v5). The backward's, of 256 threads: 4096x32768
 // float32 then ran at 98% of the copy ceiling, read once, where one block
-// streamed it. The forward's, of 512: at 32768 columns one block was faster
-// (285 against 310 us in clusters of 2), at 262144 clusters of 8 held the row
-// in 724 us against 804 streamed (float32).
-using ForwardPolicy = RowPolicy<64, 512, 128, 512>;
+// streamed it. The forward's, of 512 threads holding up to 32 values each:
+// float32 1024x262144 in 542 us (94% of the ceiling) against 791 streamed.
+using ForwardPolicy = RowPolicy<64, 512, 128, 512, 32>;
 using BackwardPolicy = RowPolicy<32, 512, 64, 256>;
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
@@ -67,10 +66,33 @@ __device__ __forceinline__ float ShiftedExp(float v, float running_max) {
   return running_max == -INFINITY ? 0.f : Exp(v - running_max);
 }
 
+// A share of a row's (max, sum of exp(x - max)). The team combines its
+// threads' pairs in one reduction, each sum rescaled to the larger max: one
+// round of warp shuffles or block barriers where a max and then a sum took
+// two.
+struct MaxSum {
+  float max;
+  float sum;
+};
+
+__device__ __forceinline__ MaxSum ShuffleXor(MaxSum v, int offset) {
+  return {jax_camp::ShuffleXor(v.max, offset), jax_camp::ShuffleXor(v.sum, offset)};
+}
+
+// Commutative (a sum rescaled by the same factor either way round), so that
+// every lane of a butterfly ends with the same bits.
+struct MaxSumOp {
+  __device__ __forceinline__ MaxSum operator()(MaxSum a, MaxSum b) const {
+    const float max = MaxPropagateNan(a.max, b.max);
+    return {max, a.sum * RescaleFactor(a.max, max) + b.sum * RescaleFactor(b.max, max)};
+  }
+};
+
 // One row held whole in the team's registers.
-template <typename T, int kPack, int kChunk>
+template <typename T, int kPack, int kChunk, bool kClusters>
 __device__ __forceinline__ void SoftmaxRowInRegisters(const T* x, T* y, int64_t packs,
-                                                      RowTeam& team, float* scratch) {
+                                                      RowTeam& team,
+                                                      RowScratch<MaxSum>& scratch) {
   RowChunk<T, kPack, kChunk> chunk;
   chunk.Load(x, packs, 0, team);
   // fmaxf drops NaNs, one instruction where MaxPropagateNan takes four: a
@@ -80,34 +102,41 @@ __device__ __forceinline__ void SoftmaxRowInRegisters(const T* x, T* y, int64_t 
 #pragma unroll
     for (int k = 0; k < kPack; ++k) thread_max = fmaxf(thread_max, v[k]);
   });
-  const float row_max = team.Reduce<ForwardPolicy>(thread_max, MaxOp{}, scratch);
-  // Each exp replaces its x in the chunk, so that it is computed once without
-  // more registers (kept beside the chunk, 64 values a thread spilled). For
-  // 16-bit types this rounds it to T before the scaling: within one unit in
-  // the last place of the output (jax.nn.softmax rounds its exps to T too).
+  // Exps relative to the thread's own max, before the team's is known. A
+  // share that is -inf throughout shifts by 0, as exp(-inf - -inf) would be
+  // a NaN. Each exp replaces its x in the chunk, so that it is computed once
+  // without more registers (kept beside the chunk, 64 values a thread
+  // spilled). For 16-bit types this rounds it to T before the scaling: within
+  // one unit in the last place of the output (jax.nn.softmax rounds its exps
+  // to T too).
+  const float shift = thread_max == -INFINITY ? 0.f : thread_max;
   float thread_sum = 0.f;
   chunk.ForEach(packs, 0, team, [&](int i, int64_t, const float(&v)[kPack]) {
     float exps[kPack];
 #pragma unroll
     for (int k = 0; k < kPack; ++k) {
-      exps[k] = Exp(v[k] - row_max);
+      exps[k] = Exp(v[k] - shift);
       thread_sum += exps[k];
     }
     chunk.Replace(i, exps);
   });
-  const float inv_sum = 1.f / team.Reduce<ForwardPolicy>(thread_sum, SumOp{}, scratch);
+  const MaxSum row =
+      team.Reduce<kClusters>(MaxSum{thread_max, thread_sum}, MaxSumOp{}, scratch);
+  // A row of -inf comes out NaN (0 / 0), as in jax.nn.softmax.
+  const float scale = RescaleFactor(thread_max, row.max) / row.sum;
   chunk.ForEach(packs, 0, team, [&](int, int64_t col, const float(&e)[kPack]) {
     float out[kPack];
 #pragma unroll
-    for (int k = 0; k < kPack; ++k) out[k] = e[k] * inv_sum;
+    for (int k = 0; k < kPack; ++k) out[k] = e[k] * scale;
     StorePack(y + col, out);
   });
 }
 
 // One row streamed through the registers, a chunk at a time (see the top).
-template <typename T, int kPack, int kChunk>
+template <typename T, int kPack, int kChunk, bool kClusters = false>
 __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t packs,
-                                                   RowTeam& team, float* scratch) {
+                                                   RowTeam& team,
+                                                   RowScratch<MaxSum>& scratch) {
   const int64_t chunk_packs = int64_t{team.lanes} * kChunk;
   RowChunk<T, kPack, kChunk> chunk;
   float thread_max = -INFINITY;
@@ -125,16 +154,15 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
       thread_max = new_max;
     });
   }
-  const float row_max = team.Reduce<ForwardPolicy>(thread_max, MaxOp{}, scratch);
-  const float row_sum =
-      team.Reduce<ForwardPolicy>(thread_sum * RescaleFactor(thread_max, row_max), SumOp{}, scratch);
-  const float inv_sum = 1.f / row_sum;
+  const MaxSum row =
+      team.Reduce<kClusters>(MaxSum{thread_max, thread_sum}, MaxSumOp{}, scratch);
+  const float inv_sum = 1.f / row.sum;
   for (int64_t base = 0; base < packs; base += chunk_packs) {
     chunk.Load(x, packs, base, team);
     chunk.ForEach(packs, base, team, [&](int, int64_t col, const float(&v)[kPack]) {
       float out[kPack];
 #pragma unroll
-      for (int k = 0; k < kPack; ++k) out[k] = Exp(v[k] - row_max) * inv_sum;
+      for (int k = 0; k < kPack; ++k) out[k] = Exp(v[k] - row.max) * inv_sum;
       StorePack(y + col, out);
     });
   }
@@ -144,20 +172,20 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
 // block that holds its rows loads, reduces and stores in turn; a second block
 // an SM overlaps one's stores with the other's loads: bfloat16 4096x32768
 // (64 values, 128 bytes a thread) ran 185 us in one 96-register block an SM
-// and 135 us in two of 64 (docs/performance_notes.md, v5). Larger chunks
-// need more than 64 registers; and with 1 block ptxas takes what it needs,
-// where a lower cap once spilled the scalar path.
-template <typename T, int kPack, int kChunk, bool kStreamed>
-constexpr int kForwardMinBlocks = !kStreamed && sizeof(T) * kPack * kChunk <= 128 ? 2 : 1;
+// and 135 us in two of 64 (docs/performance_notes.md, v5). Larger chunks need
+// more than 64 registers; there, and for streamed rows, ptxas takes what it
+// needs.
+template <typename T, int kPack, int kChunk, RowLayout kLayout>
+constexpr int kForwardMinBlocks =
+    kLayout != RowLayout::kStreamed && sizeof(T) * kPack * kChunk <= 128 ? 2 : 1;
 
-// kStreamed: rows longer than the team's chunks hold (only at the largest
-// chunk; see LaunchRowKernel).
-template <typename T, int kPack, int kChunk, bool kStreamed>
+template <typename T, int kPack, int kChunk, RowLayout kLayout>
 __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
-                                  kForwardMinBlocks<T, kPack, kChunk, kStreamed>)
+                                  kForwardMinBlocks<T, kPack, kChunk, kLayout>)
     SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
                          int lanes) {
-  __shared__ float scratch[RowTeam::kScratchFloats];
+  constexpr bool kClusters = kLayout == RowLayout::kHeldInCluster;
+  __shared__ RowScratch<MaxSum> scratch;
   RowTeam team(lanes);
   const int64_t num_packs = cols / kPack;
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
@@ -165,20 +193,21 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
     const bool valid = row < rows;
     const int64_t packs = valid ? num_packs : 0;
     const int64_t offset = (valid ? row : 0) * cols;
-    if constexpr (kStreamed) {
+    if constexpr (kLayout == RowLayout::kStreamed) {
       SoftmaxRowStreamed<T, kPack, kChunk>(x + offset, y + offset, packs, team, scratch);
     } else {
-      SoftmaxRowInRegisters<T, kPack, kChunk>(x + offset, y + offset, packs, team, scratch);
+      SoftmaxRowInRegisters<T, kPack, kChunk, kClusters>(x + offset, y + offset, packs, team,
+                                                          scratch);
     }
   }
-  team.Finish<ForwardPolicy>();
+  team.Finish<kClusters>();
 }
 
 template <typename T, int kPack, int kChunk>
 __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
     SoftmaxBackwardKernel(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
                           int64_t rows, int64_t cols, int lanes) {
-  __shared__ float scratch[RowTeam::kScratchFloats];
+  __shared__ RowScratch<float> scratch;
   RowTeam team(lanes);
   const int64_t num_packs = cols / kPack;
   const int64_t chunk_packs = int64_t{lanes} * kChunk;
@@ -199,7 +228,7 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
         for (int k = 0; k < kPack; ++k) thread_dot += g_chunk.Value(i, k) * yv[k];
       });
     }
-    const float dot = team.Reduce<BackwardPolicy>(thread_dot, SumOp{}, scratch);
+    const float dot = team.Reduce<(BackwardPolicy::kClusterBlockThreads > 0)>(thread_dot, SumOp{}, scratch);
     for (int64_t base = 0; base < packs; base += chunk_packs) {
       if (!row_in_registers) {
         y_chunk.Load(y + offset, packs, base, team);
@@ -213,7 +242,7 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
       });
     }
   }
-  team.Finish<BackwardPolicy>();
+  team.Finish<(BackwardPolicy::kClusterBlockThreads > 0)>();
 }
 
 }  // namespace jax_camp::softmax
