@@ -37,16 +37,21 @@ void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select
   int lanes = RowLanes(num_packs, limits);
   lanes = lanes_scale > 0 ? lanes * lanes_scale : lanes / -lanes_scale;
   const int max_lanes = Policy::kMaxThreads * (limits.cluster_threads > 0 ? kMaxClusterBlocks : 1);
-  const RowLaunch plan = lanes >= 1 && lanes <= max_lanes
-                             ? PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count)
-                             : RowLaunch{};
+  const bool in_range = lanes >= 1 && lanes <= max_lanes;
+  const RowLaunch plan =
+      in_range ? PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count) : RowLaunch{};
   // Only the policy's own plan may stream: a neighbour that cannot hold the row is no neighbour.
-  if (plan.lanes == 0 || (lanes_scale != 1 && plan.layout == RowLayout::kStreamed)) {
+  if (!in_range || (lanes_scale != 1 && plan.layout == RowLayout::kStreamed)) {
     std::printf(" %21s", "-");
     return;
   }
   auto launch = [&] { return LaunchRowKernelAs<Policy, kPack>("bench", nullptr, plan, select, args...); };
-  for (int i = 0; i < 3; ++i) launch();
+  for (int i = 0; i < 3; ++i) {
+    if (ffi::Error error = launch(); error.failure()) {
+      std::printf(" %21s", "no kernel");
+      return;
+    }
+  }
   cudaEvent_t start, stop;
   BENCH_CHECK(cudaEventCreate(&start));
   BENCH_CHECK(cudaEventCreate(&stop));

@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "cuda_common.cuh"
@@ -104,7 +105,7 @@ struct RowTeam {
     cluster.sync();
     const int blocks = lanes >> (__ffs(blockDim.x) - 1);
     V result = *cluster.map_shared_rank(slot, 0);
-    // Not unrolled: unrolled, it spilled a float32 forward kernel at 64 registers.
+    // Not unrolled: unrolled, it spilled the 16-bit forward's cluster kernel at 64 registers.
 #pragma unroll 1
     for (int rank = 1; rank < blocks; ++rank)
       result = op(result, *cluster.map_shared_rank(slot, rank));
@@ -181,18 +182,15 @@ struct IntTag {
 // A row kernel's launch limits: the most values a thread holds
 // (kMaxChunkElements), the most threads a block (kMaxThreads, the kernel's
 // __launch_bounds__), the lanes a row it prefers (kTeamLanes; see RowLanes),
-// the block size of its cluster teams (kClusterBlockThreads; 0 for none:
-// rows longer than a block holds are then streamed), and the most values a
-// thread of a cluster team holds (kClusterChunkElements).
+// and the block size of its cluster teams (kClusterBlockThreads; 0 for none:
+// rows longer than a block holds are then streamed).
 template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue,
-          int kClusterBlockThreadsValue = 0,
-          int kClusterChunkElementsValue = kMaxChunkElementsValue>
+          int kClusterBlockThreadsValue = 0>
 struct RowPolicy {
   static constexpr int kMaxChunkElements = kMaxChunkElementsValue;
   static constexpr int kMaxThreads = kMaxThreadsValue;
   static constexpr int kTeamLanes = kTeamLanesValue;
   static constexpr int kClusterBlockThreads = kClusterBlockThreadsValue;
-  static constexpr int kClusterChunkElements = kClusterChunkElementsValue;
 };
 
 // A policy's limits in packs, for one pack size and device.
@@ -201,14 +199,12 @@ struct RowLimits {
   int max_threads;      // threads a block
   int team_lanes;       // preferred lanes a row
   int cluster_threads;  // threads a block of a cluster team; 0: no clusters
-  int cluster_chunk;    // packs a thread of a team larger than cluster_threads
 };
 
 template <typename Policy>
 RowLimits LimitsOf(int pack, bool clusters) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
-          clusters ? Policy::kClusterBlockThreads : 0,
-          ChunkPacks(Policy::kClusterChunkElements, pack)};
+          clusters ? Policy::kClusterBlockThreads : 0};
 }
 
 // Hopper's largest cluster; past 8 blocks a kernel must opt in.
@@ -249,25 +245,19 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp la
 //   Rows that need more lanes than `cluster_threads` take a cluster of blocks
 //   of that size, so that two or more blocks still share each SM, up to
 //   kMaxClusterBlocks, then clusters of that many larger blocks, up to
-//   `max_threads`; a cluster team's threads hold at most `cluster_chunk`
-//   packs, for the same reason (softmax forward, float32 1024x262144: 542 us
-//   in 16 blocks of 512 holding 32 values a thread, two blocks an SM; 670 us
-//   in 8 holding 64, one an SM). Rows longer still are streamed through one
-//   block of `max_threads` at `max_chunk`, chunk after chunk.
+//   `max_threads` (bfloat16 1024x262144 backward: 514 us held in 16 blocks
+//   of 512, 634 us streamed). Rows longer still are streamed through one
+//   block of `max_threads`, chunk after chunk.
 // - chunk: the fewest packs a thread that hold the row (a power of two), so
 //   short rows keep few registers and many warps resident.
 // - grid: one team a row, capped at 4 waves of resident blocks; the kernels
 //   loop over the remaining rows.
 inline int RowLanes(int64_t num_packs, const RowLimits& limits) {
   constexpr int64_t kMinChunk = 4;
-  auto lanes_for = [&](int chunk) { return (num_packs + chunk - 1) / chunk; };
-  int64_t lanes_for_chunk = lanes_for(limits.max_chunk);
-  if (lanes_for_chunk > limits.max_threads) {  // more than a block holds
-    if (limits.cluster_threads == 0) return limits.max_threads;  // streamed
-    lanes_for_chunk = lanes_for(limits.cluster_chunk);
-    if (lanes_for_chunk > int64_t{limits.max_threads} * kMaxClusterBlocks)
-      return limits.max_threads;  // streamed
-  }
+  const int64_t max_lanes =
+      int64_t{limits.max_threads} * (limits.cluster_threads > 0 ? kMaxClusterBlocks : 1);
+  const int64_t lanes_for_chunk = (num_packs + limits.max_chunk - 1) / limits.max_chunk;
+  if (lanes_for_chunk > max_lanes) return limits.max_threads;  // streamed
   const int64_t lanes_for_overlap =
       std::min<int64_t>(limits.team_lanes, (num_packs + kMinChunk - 1) / kMinChunk);
   const int64_t lanes_wanted =
@@ -277,32 +267,27 @@ inline int RowLanes(int64_t num_packs, const RowLimits& limits) {
   return lanes;
 }
 
-// The plan for a given number of lanes a row (a power of two, at most
-// kMaxClusterBlocks blocks of max_threads).
+// The plan for a given number of lanes a row (a power of two).
 inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lanes,
                                         const RowLimits& limits, int sm_count) {
-  const bool spans_blocks = limits.cluster_threads > 0 && lanes > limits.cluster_threads;
-  const int max_chunk = spans_blocks ? limits.cluster_chunk : limits.max_chunk;
   int chunk = 1;
-  while (int64_t{lanes} * chunk < num_packs && chunk < max_chunk) chunk *= 2;
+  while (int64_t{lanes} * chunk < num_packs && chunk < limits.max_chunk) chunk *= 2;
+  const bool held = int64_t{lanes} * chunk >= num_packs;
   int threads = lanes;
   int cluster = 1;
-  if (int64_t{lanes} * chunk < num_packs) {  // streamed
-    lanes = threads = limits.max_threads;
-    chunk = limits.max_chunk;
-  } else if (lanes <= 32) {
+  if (lanes <= 32) {
     threads = kRowsBlockThreads;
-  } else if (spans_blocks) {
+  } else if (limits.cluster_threads > 0 && lanes > limits.cluster_threads && held) {
     threads = std::max(limits.cluster_threads, lanes / kMaxClusterBlocks);
     cluster = lanes / threads;
-  }
+  }  // streamed rows keep to one block
   const int64_t rows_per_block = std::max(1, threads / lanes);
   const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block * cluster;
   const int64_t clusters_cap = int64_t{sm_count} * (2048 / threads) * 4 / cluster;
   const int64_t cap = std::max<int64_t>(clusters_cap, 1) * cluster;
-  const RowLayout layout = int64_t{lanes} * chunk < num_packs ? RowLayout::kStreamed
-                           : cluster > 1                      ? RowLayout::kHeldInCluster
-                                                              : RowLayout::kHeld;
+  const RowLayout layout = !held        ? RowLayout::kStreamed
+                           : cluster > 1 ? RowLayout::kHeldInCluster
+                                         : RowLayout::kHeld;
   return {chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads, cluster, layout};
 }
 
@@ -343,30 +328,29 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
 }
 
 // Launches select_kernel(IntTag<pack>, IntTag<chunk>, RowLayoutTag<layout>)
-// under `plan` with args..., plan.lanes. Rows are streamed only at the
-// largest chunk, and held in clusters only at the cluster chunk (a team gets
-// more lanes only once its threads hold the most they may), so only those
-// chunks have kernels for those layouts: a kernel that holds its rows in one
-// block can then keep to the registers that this needs.
+// under `plan` with args..., plan.lanes. A team gets more lanes than a block
+// only once its threads hold the most they may, so rows are streamed or held
+// in clusters only at the largest chunk, and only that chunk has kernels for
+// those layouts: a kernel that holds its rows in one block can then keep to
+// the registers that this needs.
 template <typename Policy, int kPack, typename SelectKernel, typename... Args>
 ffi::Error LaunchRowKernelAs(const char* what, cudaStream_t stream, const RowLaunch& plan,
                              SelectKernel select_kernel, Args... args) {
   constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, kPack);
-  constexpr int kClusterChunk = ChunkPacks(Policy::kClusterChunkElements, kPack);
   auto launch = [&](auto chunk, auto layout) {
     return LaunchRowPlan(what, stream, plan, select_kernel(IntTag<kPack>{}, chunk, layout),
                          args...);
   };
   return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
-    constexpr int kChunk = decltype(chunk)::value;
-    if constexpr (kChunk == kMaxChunk) {
+    if constexpr (decltype(chunk)::value == kMaxChunk) {
       if (plan.layout == RowLayout::kStreamed)
         return launch(chunk, RowLayoutTag<RowLayout::kStreamed>{});
-    }
-    if constexpr (kChunk == kClusterChunk) {
       if (plan.layout == RowLayout::kHeldInCluster)
         return launch(chunk, RowLayoutTag<RowLayout::kHeldInCluster>{});
     }
+    // A kernel for held rows would run a cluster's blocks as separate teams.
+    if (plan.layout != RowLayout::kHeld)
+      return ffi::Error::Internal(std::string(what) + ": no kernel for this plan");
     return launch(chunk, RowLayoutTag<RowLayout::kHeld>{});
   });
 }

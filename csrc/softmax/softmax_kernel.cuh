@@ -3,7 +3,7 @@
 // thread works through its share in register chunks; arithmetic is float32.
 //
 // Forward, when the row fits in the team's registers (the launch policy sees
-// to it up to 262144 columns): one read of x; each thread takes the max of
+// to it up to 524288 columns): one read of x; each thread takes the max of
 // its values and exp(x - that max) once per element, kept in registers in
 // x's place, and adds them up; one team reduction combines the threads'
 // (max, sum) pairs into the row's; each thread scales its exps by
@@ -36,9 +36,9 @@ namespace jax_camp::softmax {
 // Rows longer than a block holds go to clusters of blocks (docs/
 // performance_notes.md, v4 and v5). The backward's, of 256 threads: 4096x32768
 // float32 then ran at 98% of the copy ceiling, read once, where one block
-// streamed it. The forward's, of 512 threads holding up to 32 values each:
-// float32 1024x262144 in 542 us (94% of the ceiling) against 791 streamed.
-using ForwardPolicy = RowPolicy<64, 512, 128, 512, 32>;
+// streamed it. The forward's, of 512 threads: float32 1024x262144 in 670 us
+// (8 blocks) against 791 streamed, bfloat16 in 359 against 417.
+using ForwardPolicy = RowPolicy<64, 512, 128, 512>;
 using BackwardPolicy = RowPolicy<32, 512, 64, 256>;
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
@@ -173,11 +173,14 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
 // an SM overlaps one's stores with the other's loads: bfloat16 4096x32768
 // (64 values, 128 bytes a thread) ran 185 us in one 96-register block an SM
 // and 135 us in two of 64 (docs/performance_notes.md, v5). Larger chunks need
-// more than 64 registers; there, and for streamed rows, ptxas takes what it
-// needs.
+// more than 64 registers, and so did the cluster reduction beside a scalar
+// chunk (it spilled); there, and for streamed rows, ptxas takes what it needs.
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kForwardMinBlocks =
-    kLayout != RowLayout::kStreamed && sizeof(T) * kPack * kChunk <= 128 ? 2 : 1;
+    sizeof(T) * kPack * kChunk <= 128 &&
+            (kLayout == RowLayout::kHeld || (kLayout == RowLayout::kHeldInCluster && kPack > 1))
+        ? 2
+        : 1;
 
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
 __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
