@@ -51,7 +51,7 @@ if has policy; then
   cp "$out/policy.log" "$out/row_policy.txt"
 fi
 if has bench && [ -f benchmarks/run_ops.py ]; then
-  run_step bench python3 benchmarks/run_ops.py --op all --backend all --mode all \
+  run_step bench python3 benchmarks/run_ops.py --op all --backend all --mode all --no-progress \
     --json "$out/h200.json" --plot "$out/h200.png"
   cp "$out/bench.log" "$out/h200.txt"
 fi
