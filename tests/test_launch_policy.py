@@ -32,7 +32,21 @@ RowLaunch Plan(long rows, long cols, int pack, bool clusters) {
   return PlanRowLaunch(rows, cols / pack, LimitsOf<Policy>(pack, clusters), 132);
 }
 
+__global__ void NoKernel(int) {}
+
+// A cluster plan at a chunk the forward has no cluster kernel for (its cluster
+// teams hold 16 packs): the launcher must refuse it, not run the kernel for
+// held rows, whose blocks would each reduce their own part of the row.
+int Refuse() {
+  const RowLaunch plan = {8, 8192, 16, 512, 16, RowLayout::kHeldInCluster};
+  const ffi::Error error = LaunchRowKernelAs<softmax::ForwardPolicy, 4>(
+      "launching", nullptr, plan, [](auto, auto, auto) { return NoKernel; });
+  printf("%s\n", error.failure() ? error.message().c_str() : "launched");
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (!strcmp(argv[1], "refuse")) return Refuse();
   const char* kernel = argv[1];
   const long rows = atol(argv[2]), cols = atol(argv[3]);
   const int pack = atoi(argv[4]);
@@ -41,7 +55,8 @@ int main(int argc, char** argv) {
       !strcmp(kernel, "forward")    ? Plan<softmax::ForwardPolicy>(rows, cols, pack, clusters)
       : !strcmp(kernel, "backward") ? Plan<softmax::BackwardPolicy>(rows, cols, pack, clusters)
                                     : Plan<reduce_sum::Policy>(rows, cols, pack, clusters);
-  printf("%d %d %d %d %d\n", plan.lanes, plan.chunk, plan.threads, plan.cluster, plan.blocks);
+  printf("%d %d %d %d %d %d\n", plan.lanes, plan.chunk, plan.threads, plan.cluster, plan.blocks,
+         static_cast<int>(plan.layout));
 }
 """
 
@@ -61,11 +76,16 @@ def plan(tmp_path_factory):
     def run(kernel: str, rows: int, cols: int, pack: int, clusters: bool = True) -> dict[str, int]:
         out = subprocess.run([str(binary), kernel, str(rows), str(cols), str(pack), str(int(clusters))],
                              capture_output=True, text=True, check=True).stdout.split()
-        lanes, chunk, threads, cluster, blocks = map(int, out)
+        lanes, chunk, threads, cluster, blocks, layout = map(int, out)
         holds = lanes * chunk >= cols // pack
-        return dict(lanes=lanes, chunk=chunk, threads=threads, cluster=cluster, blocks=blocks, holds=holds)
+        return dict(lanes=lanes, chunk=chunk, threads=threads, cluster=cluster, blocks=blocks, holds=holds,
+                    layout=LAYOUTS[layout])
 
+    run.binary = binary
     return run
+
+
+LAYOUTS = ("held", "held in a cluster", "streamed")  # RowLayout's order
 
 
 # (kernel, cols, pack): (team, packs a thread, row held in registers).
@@ -106,6 +126,8 @@ def _team(p: dict[str, int]) -> str:
 def test_plan(plan, kernel, cols, pack):
     p = plan(kernel, 3, cols, pack)
     assert (_team(p), p["chunk"], p["holds"]) == EXPECTED[(kernel, cols, pack)]
+    expected_layout = "streamed" if not p["holds"] else "held in a cluster" if p["cluster"] > 1 else "held"
+    assert p["layout"] == expected_layout
     if p["cluster"] > 1:
         # the backward's clusters of 256-thread blocks grow to 512 only at 16 blocks
         small_blocks = kernel == "backward" and p["lanes"] <= 16 * 256
@@ -124,3 +146,8 @@ def test_grid_is_capped_and_whole_clusters(plan):
     assert p["cluster"] == 4 and p["blocks"] % 4 == 0 and p["blocks"] < 4096 * 4
     p = plan("forward", 262144, 128, 4)
     assert p["blocks"] == 132 * (2048 // 256) * 4  # 4 waves of resident blocks, rows looped over
+
+
+def test_launcher_refuses_a_plan_it_has_no_kernel_for(plan):
+    out = subprocess.run([str(plan.binary), "refuse"], capture_output=True, text=True, check=True).stdout
+    assert "no kernel for this plan" in out
