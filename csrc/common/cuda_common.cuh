@@ -150,11 +150,6 @@ __device__ __forceinline__ float MaxPropagateNan(float a, float b) {
 struct SumOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return a + b; }
 };
-struct MaxOp {
-  __device__ __forceinline__ float operator()(float a, float b) const {
-    return MaxPropagateNan(a, b);
-  }
-};
 
 // Reductions carry a float, or a struct of floats (softmax's running max and
 // sum) with its own ShuffleXor overload.

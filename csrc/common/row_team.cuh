@@ -191,6 +191,7 @@ struct RowPolicy {
   static constexpr int kMaxThreads = kMaxThreadsValue;
   static constexpr int kTeamLanes = kTeamLanesValue;
   static constexpr int kClusterBlockThreads = kClusterBlockThreadsValue;
+  static constexpr bool kClusters = kClusterBlockThreads > 0;
 };
 
 // A policy's limits in packs, for one pack size and device.

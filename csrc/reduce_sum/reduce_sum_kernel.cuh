@@ -39,10 +39,10 @@ __global__ void __launch_bounds__(Policy::kMaxThreads)
         for (int k = 0; k < kPack; ++k) partial += v[k];
       });
     }
-    const float total = team.Reduce<(Policy::kClusterBlockThreads > 0)>(partial, SumOp{}, scratch);
+    const float total = team.Reduce<Policy::kClusters>(partial, SumOp{}, scratch);
     if (valid && team.lane == 0) out[row] = FromFloat<T>(total);
   }
-  team.Finish<(Policy::kClusterBlockThreads > 0)>();
+  team.Finish<Policy::kClusters>();
 }
 
 }  // namespace jax_camp::reduce_sum

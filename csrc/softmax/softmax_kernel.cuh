@@ -132,8 +132,9 @@ __device__ __forceinline__ void SoftmaxRowInRegisters(const T* x, T* y, int64_t 
   });
 }
 
-// One row streamed through the registers, a chunk at a time (see the top).
-template <typename T, int kPack, int kChunk, bool kClusters = false>
+// One row streamed through one block's registers, a chunk at a time (see the
+// top).
+template <typename T, int kPack, int kChunk>
 __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t packs,
                                                    RowTeam& team,
                                                    RowScratch<MaxSum>& scratch) {
@@ -154,8 +155,7 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
       thread_max = new_max;
     });
   }
-  const MaxSum row =
-      team.Reduce<kClusters>(MaxSum{thread_max, thread_sum}, MaxSumOp{}, scratch);
+  const MaxSum row = team.Reduce<false>(MaxSum{thread_max, thread_sum}, MaxSumOp{}, scratch);
   const float inv_sum = 1.f / row.sum;
   for (int64_t base = 0; base < packs; base += chunk_packs) {
     chunk.Load(x, packs, base, team);
@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
         for (int k = 0; k < kPack; ++k) thread_dot += g_chunk.Value(i, k) * yv[k];
       });
     }
-    const float dot = team.Reduce<(BackwardPolicy::kClusterBlockThreads > 0)>(thread_dot, SumOp{}, scratch);
+    const float dot = team.Reduce<BackwardPolicy::kClusters>(thread_dot, SumOp{}, scratch);
     for (int64_t base = 0; base < packs; base += chunk_packs) {
       if (!row_in_registers) {
         y_chunk.Load(y + offset, packs, base, team);
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
       });
     }
   }
-  team.Finish<(BackwardPolicy::kClusterBlockThreads > 0)>();
+  team.Finish<BackwardPolicy::kClusters>();
 }
 
 }  // namespace jax_camp::softmax
