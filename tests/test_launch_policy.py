@@ -100,6 +100,7 @@ EXPECTED = {
     ("forward", 262144, 8): ("cluster of 8", 8, True),
     ("forward", 300_000, 8): ("cluster of 16", 8, True),
     ("forward", 600_000, 8): ("block of 512", 8, False),
+    ("forward", 70_001, 1): ("cluster of 16", 16, True),
     ("backward", 8192, 4): ("block of 256", 8, True),
     ("backward", 12_000, 4): ("cluster of 2", 8, True),
     ("backward", 20_000, 4): ("cluster of 4", 8, True),
