@@ -101,7 +101,7 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
       "backward", dtype, rows, cols,
       [](auto p, auto c, auto) { return softmax::SoftmaxBackwardKernel<T, decltype(p)::value, decltype(c)::value>; },
       (const T*)y, (const T*)g, x, rows, cols);
-  TimeRow<T, reduce_sum::Policy>(
+  TimeRow<T, reduce_sum::Policy<T>>(
       "reduce", dtype, rows, cols,
       [](auto p, auto c, auto) { return reduce_sum::ReduceSumKernel<T, decltype(p)::value, decltype(c)::value>; },
       (const T*)x, y, rows, cols);

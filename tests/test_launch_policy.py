@@ -54,7 +54,9 @@ int main(int argc, char** argv) {
   const RowLaunch plan =
       !strcmp(kernel, "forward")    ? Plan<softmax::ForwardPolicy>(rows, cols, pack, clusters)
       : !strcmp(kernel, "backward") ? Plan<softmax::BackwardPolicy>(rows, cols, pack, clusters)
-                                    : Plan<reduce_sum::Policy>(rows, cols, pack, clusters);
+      // reduce_sum's policy is in bytes: float32 for packs of 4 (and unaligned rows), else bfloat16
+      : pack == 8 ? Plan<reduce_sum::Policy<__nv_bfloat16>>(rows, cols, pack, clusters)
+                  : Plan<reduce_sum::Policy<float>>(rows, cols, pack, clusters);
   printf("%d %d %d %d %d %d\n", plan.lanes, plan.chunk, plan.threads, plan.cluster, plan.blocks,
          static_cast<int>(plan.layout));
 }
@@ -92,6 +94,8 @@ LAYOUTS = ("held", "held in a cluster", "streamed")  # RowLayout's order
 # pack 4 is float32's 16-byte pack, 8 a 16-bit type's, 1 an unaligned row's.
 EXPECTED = {
     ("forward", 128, 4): ("8 lanes", 4, True),
+    ("forward", 128, 8): ("4 lanes", 4, True),
+    ("forward", 64, 4): ("4 lanes", 4, True),
     ("forward", 1024, 4): ("block of 64", 4, True),
     ("forward", 8192, 4): ("block of 128", 16, True),
     ("forward", 32768, 4): ("block of 512", 16, True),
@@ -111,7 +115,16 @@ EXPECTED = {
     ("backward", 300_000, 4): ("block of 512", 8, False),
     ("backward", 40_001, 1): ("cluster of 16", 8, True),
     ("backward", 70_001, 1): ("block of 512", 8, False),
-    ("reduce", 262144, 4): ("block of 512", 16, False),
+    ("reduce", 128, 8): ("8 lanes", 2, True),
+    ("reduce", 1280, 8): ("32 lanes", 8, True),
+    ("reduce", 1280, 4): ("block of 64", 8, True),
+    ("reduce", 3840, 4): ("block of 128", 8, True),
+    ("reduce", 16384, 4): ("block of 512", 8, True),
+    ("reduce", 16388, 4): ("block of 512", 8, False),
+    ("reduce", 32768, 8): ("block of 512", 8, True),
+    ("reduce", 262144, 4): ("block of 512", 8, False),
+    ("reduce", 4096, 1): ("block of 512", 8, True),
+    ("reduce", 4097, 1): ("block of 512", 8, False),
 }
 
 

@@ -16,7 +16,7 @@ from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, sum_scal
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
-    (3, 5, 64), (70000, 3), (5, 8), (4, 3000),  # 1 and 16 packs a thread
+    (3, 5, 64), (70000, 3), (5, 8), (4, 3000),  # 1 and 8 packs a thread
     (3, 40_000), (3, 40_001), (2, 65_544),  # past one chunk a thread: streamed
 ]
 

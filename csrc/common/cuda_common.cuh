@@ -223,35 +223,34 @@ inline ffi::ErrorOr<bool> ClusterLaunchSupported() {
   return *supported != 0;
 }
 
-// Blocks of `threads` for GridStride over `count` items, kUnroll a thread:
-// one tile per block, so that the grid covers the work in one sweep (the loop
-// only matters past 2^31 - 1 blocks).
+// Blocks of `threads` for ForBlockTile over `count` items, kUnroll a
+// thread: the grid covers the work in one sweep, each block one tile.
 template <int kUnroll>
-inline int GridStrideBlocks(int64_t count, int threads) {
+ffi::ErrorOr<int> TileBlocks(int64_t count, int threads, const char* what) {
   const int64_t tile = int64_t{threads} * kUnroll;
-  const int64_t wanted = (count + tile - 1) / tile;
-  constexpr int64_t kMaxBlocks = 0x7fffffff;
-  return static_cast<int>(wanted < 1 ? 1 : (wanted < kMaxBlocks ? wanted : kMaxBlocks));
+  const int64_t blocks = count > 0 ? (count + tile - 1) / tile : 1;
+  constexpr int64_t kMaxBlocks = 0x7fffffff;  // gridDim.x
+  if (blocks > kMaxBlocks)
+    return ffi::Unexpected(ffi::Error::InvalidArgument(std::string(what) + ": too many elements"));
+  return static_cast<int>(blocks);
 }
 
-// store(i, load(i)) for every i < count. Each block takes tiles of
-// blockDim.x * kUnroll consecutive items; each thread loads its kUnroll items
-// of a tile (a block-width apart, so every load instruction is coalesced)
-// before it stores any: one load at a time per thread leaves HBM waiting on
-// latency.
+// store(i, load(i)) for the items of this block's tile below `count`: tile
+// b is the blockDim.x * kUnroll consecutive items from b * blockDim.x *
+// kUnroll, and each thread loads its kUnroll items (a block-width apart, so
+// every load instruction is coalesced) before it stores any. One tile a block
+// rather than a grid-stride loop: the loop's trip count cost each thread a
+// 64-bit division, and copy 0.5% at 512 MiB on the H200.
 template <int kUnroll, typename Load, typename Store>
-__device__ __forceinline__ void GridStride(int64_t count, Load load, Store store) {
-  const int64_t tile = int64_t{blockDim.x} * kUnroll;
-  for (int64_t start = int64_t{blockIdx.x} * tile + threadIdx.x; start < count;
-       start += int64_t{gridDim.x} * tile) {
-    decltype(load(start)) items[kUnroll];
+__device__ __forceinline__ void ForBlockTile(int64_t count, Load load, Store store) {
+  const int64_t start = int64_t{blockIdx.x} * blockDim.x * kUnroll + threadIdx.x;
+  decltype(load(start)) items[kUnroll];
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k)
-      if (start + k * blockDim.x < count) items[k] = load(start + k * blockDim.x);
+  for (int k = 0; k < kUnroll; ++k)
+    if (start + k * blockDim.x < count) items[k] = load(start + k * blockDim.x);
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k)
-      if (start + k * blockDim.x < count) store(start + k * blockDim.x, items[k]);
-  }
+  for (int k = 0; k < kUnroll; ++k)
+    if (start + k * blockDim.x < count) store(start + k * blockDim.x, items[k]);
 }
 
 }  // namespace jax_camp

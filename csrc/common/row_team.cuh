@@ -182,16 +182,18 @@ struct IntTag {
 // A row kernel's launch limits: the most values a thread holds
 // (kMaxChunkElements), the most threads a block (kMaxThreads, the kernel's
 // __launch_bounds__), the lanes a row it prefers (kTeamLanes; see RowLanes),
-// and the block size of its cluster teams (kClusterBlockThreads; 0 for none:
-// rows longer than a block holds are then streamed).
+// the block size of its cluster teams (kClusterBlockThreads; 0 for none:
+// rows longer than a block holds are then streamed), and the fewest lanes a
+// row (kMinLanes; see RowLanes).
 template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue,
-          int kClusterBlockThreadsValue = 0>
+          int kClusterBlockThreadsValue = 0, int kMinLanesValue = 8>
 struct RowPolicy {
   static constexpr int kMaxChunkElements = kMaxChunkElementsValue;
   static constexpr int kMaxThreads = kMaxThreadsValue;
   static constexpr int kTeamLanes = kTeamLanesValue;
   static constexpr int kClusterBlockThreads = kClusterBlockThreadsValue;
   static constexpr bool kClusters = kClusterBlockThreads > 0;
+  static constexpr int kMinLanes = kMinLanesValue;
 };
 
 // A policy's limits in packs, for one pack size and device.
@@ -200,12 +202,13 @@ struct RowLimits {
   int max_threads;      // threads a block
   int team_lanes;       // preferred lanes a row
   int cluster_threads;  // threads a block of a cluster team; 0: no clusters
+  int min_lanes;        // fewest lanes a row
 };
 
 template <typename Policy>
 RowLimits LimitsOf(int pack, bool clusters) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
-          clusters ? Policy::kClusterBlockThreads : 0};
+          clusters ? Policy::kClusterBlockThreads : 0, Policy::kMinLanes};
 }
 
 // Hopper's largest cluster; past 8 blocks a kernel must opt in.
@@ -235,14 +238,17 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp la
 
 // The row kernels' shared launch policy, for rows of `num_packs` packs, from
 // timing each kernel under several plans on the H200
-// (scripts/row_policy_bench.cu; docs/performance_notes.md, v3 to v5):
-// - lanes a row: at least `team_lanes` (64 or 128, each kernel's fastest)
+// (scripts/row_policy_bench.cu; docs/performance_notes.md, v3 to v6):
+// - lanes a row: at least `team_lanes` (32 to 128, each kernel's fastest)
 //   while each still gets 4 packs (64 bytes in flight a thread), more where
-//   the row needs them to fit `max_chunk` packs a thread, and at least 8 (128
-//   bytes of a row per warp load: with 2 lanes a row each warp load touched
-//   16 rows' cache lines); a power of two. Up to 32 lanes share a warp with
-//   other rows; beyond, a block takes each row: small blocks, whose load,
-//   reduce and store phases overlap with other blocks', beat large ones.
+//   the row needs them to fit `max_chunk` packs a thread, and at least
+//   `min_lanes`; a power of two. 8 lanes make 128 bytes of a row per warp
+//   load (with 2 lanes a row each warp load touched 16 rows' cache lines);
+//   the forward takes 4, with 4 packs each, where rows are that short
+//   (bfloat16 262144x128: 33.2 us against 34.5 in 8 lanes, in CUDA graphs).
+//   Up to 32 lanes share a warp with other rows; beyond, a block takes each
+//   row: small blocks, whose load, reduce and store phases overlap with
+//   other blocks', beat large ones.
 //   Rows that need more lanes than `cluster_threads` take a cluster of blocks
 //   of that size, so that two or more blocks still share each SM, up to
 //   kMaxClusterBlocks, then clusters of that many larger blocks, up to
@@ -261,8 +267,8 @@ inline int RowLanes(int64_t num_packs, const RowLimits& limits) {
   if (lanes_for_chunk > max_lanes) return limits.max_threads;  // streamed
   const int64_t lanes_for_overlap =
       std::min<int64_t>(limits.team_lanes, (num_packs + kMinChunk - 1) / kMinChunk);
-  const int64_t lanes_wanted =
-      std::max({lanes_for_chunk, lanes_for_overlap, std::min<int64_t>(num_packs, 8)});
+  const int64_t lanes_wanted = std::max(
+      {lanes_for_chunk, lanes_for_overlap, std::min<int64_t>(num_packs, limits.min_lanes)});
   int lanes = 1;
   while (lanes < lanes_wanted) lanes *= 2;
   return lanes;

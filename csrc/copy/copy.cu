@@ -12,11 +12,12 @@ template <typename T>
 ffi::Error Launch(cudaStream_t stream, const T* x, T* y, int64_t n) {
   constexpr int kPack = kPack128<T>;
   const bool vectorized = IsAligned(x, 16) && IsAligned(y, 16);
-  const int blocks = GridStrideBlocks<kUnroll>(vectorized ? n / kPack : n, kThreads);
+  const auto blocks = TileBlocks<kUnroll>(vectorized ? n / kPack : n, kThreads, "copy");
+  if (!blocks.has_value()) return blocks.error();
   if (vectorized) {
-    CopyKernel<T, kPack><<<blocks, kThreads, 0, stream>>>(x, y, n);
+    CopyKernel<T, kPack><<<*blocks, kThreads, 0, stream>>>(x, y, n);
   } else {
-    CopyKernel<T, 1><<<blocks, kThreads, 0, stream>>>(x, y, n);
+    CopyKernel<T, 1><<<*blocks, kThreads, 0, stream>>>(x, y, n);
   }
   return CheckCuda(cudaGetLastError(), "launching copy");
 }

@@ -1,5 +1,5 @@
-// copy: y[i] = x[i]. A grid-stride loop, so any size runs on any grid; each
-// thread moves kPack elements at a time (one 128-bit access when the launcher
+// copy: y[i] = x[i]. Each block copies one tile (see ForBlockTile), each
+// thread kPack elements at a time (one 128-bit access when the launcher
 // found both pointers 16-byte aligned), kUnroll packs a tile.
 #pragma once
 
@@ -21,12 +21,12 @@ __global__ void CopyKernel(const T* __restrict__ x, T* __restrict__ y, int64_t n
   const Vec* x_packs = reinterpret_cast<const Vec*>(x);
   Vec* y_packs = reinterpret_cast<Vec*>(y);
   const int64_t num_packs = n / kPack;
-  GridStride<kUnroll>(
+  ForBlockTile<kUnroll>(
       num_packs, [&](int64_t i) { return x_packs[i]; },
       [&](int64_t i, const Vec& v) { y_packs[i] = v; });
-  // The n % kPack elements past the last whole pack.
+  // The n % kPack elements past the last whole pack, in the first tile.
   const int64_t done = num_packs * kPack;
-  GridStride<1>(
+  ForBlockTile<1>(
       n - done, [&](int64_t i) { return x[done + i]; },
       [&](int64_t i, const T& v) { y[done + i] = v; });
 }

@@ -13,11 +13,12 @@ template <typename T>
 ffi::Error Launch(cudaStream_t stream, const T* x, const T* y, T* out, int64_t n) {
   constexpr int kPack = kPack128<T>;
   const bool vectorized = IsAligned(x, 16) && IsAligned(y, 16) && IsAligned(out, 16);
-  const int blocks = GridStrideBlocks<kUnroll>(vectorized ? n / kPack : n, kThreads);
+  const auto blocks = TileBlocks<kUnroll>(vectorized ? n / kPack : n, kThreads, "vector_add");
+  if (!blocks.has_value()) return blocks.error();
   if (vectorized) {
-    VectorAddKernel<T, kPack><<<blocks, kThreads, 0, stream>>>(x, y, out, n);
+    VectorAddKernel<T, kPack><<<*blocks, kThreads, 0, stream>>>(x, y, out, n);
   } else {
-    VectorAddKernel<T, 1><<<blocks, kThreads, 0, stream>>>(x, y, out, n);
+    VectorAddKernel<T, 1><<<*blocks, kThreads, 0, stream>>>(x, y, out, n);
   }
   return CheckCuda(cudaGetLastError(), "launching vector_add");
 }

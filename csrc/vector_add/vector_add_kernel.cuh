@@ -1,6 +1,6 @@
-// vector_add: out[i] = x[i] + y[i], added in float32 and rounded once. A
-// grid-stride loop of kPack-element packs (128-bit when aligned), several in
-// flight per thread, then the tail.
+// vector_add: out[i] = x[i] + y[i], added in float32 and rounded once. Each
+// block adds one tile (see ForBlockTile) of kPack-element packs (128-bit when
+// aligned), kUnroll packs a thread; the first tile also takes the tail.
 #pragma once
 
 #include <cstdint>
@@ -32,14 +32,14 @@ template <typename T, int kPack>
 __global__ void VectorAddKernel(const T* __restrict__ x, const T* __restrict__ y,
                                 T* __restrict__ out, int64_t n) {
   const int64_t num_packs = n / kPack;
-  GridStride<kUnroll>(
+  ForBlockTile<kUnroll>(
       num_packs, [&](int64_t i) { return AddPacks<T, kPack>(x + i * kPack, y + i * kPack); },
       [&](int64_t i, const PackedBits<T, kPack>& sum) {
         sum.Store(reinterpret_cast<typename PackedBits<T, kPack>::MemoryPack*>(out + i * kPack));
       });
-  // The n % kPack elements past the last whole pack.
+  // The n % kPack elements past the last whole pack, in the first tile.
   const int64_t done = num_packs * kPack;
-  GridStride<1>(
+  ForBlockTile<1>(
       n - done, [&](int64_t i) { return AddPacks<T, 1>(x + done + i, y + done + i); },
       [&](int64_t i, const PackedBits<T, 1>& sum) {
         sum.Store(reinterpret_cast<typename PackedBits<T, 1>::MemoryPack*>(out + done + i));
