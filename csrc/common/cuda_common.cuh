@@ -231,7 +231,8 @@ ffi::ErrorOr<int> TileBlocks(int64_t count, int threads, const char* what) {
   const int64_t blocks = count > 0 ? (count + tile - 1) / tile : 1;
   constexpr int64_t kMaxBlocks = 0x7fffffff;  // gridDim.x
   if (blocks > kMaxBlocks)
-    return ffi::Unexpected(ffi::Error::InvalidArgument(std::string(what) + ": too many elements"));
+    return ffi::Unexpected(ffi::Error::InvalidArgument(
+        std::string(what) + ": more elements than one grid of 2^31 - 1 blocks covers"));
   return static_cast<int>(blocks);
 }
 

@@ -17,8 +17,9 @@ namespace jax_camp::reduce_sum {
 // its row twice, so rows longer than that are streamed, chunk by chunk, and
 // none is held with more. Against 64 values a thread and 64 lanes a row,
 // on the H200 in CUDA graphs: bfloat16 1008x1280 2.25 -> 1.96 us, 4080x1536
-// 5.45 -> 4.85 us, float32 784x3840 4.59 -> 3.74 us, the large shapes within
-// 2% (benchmarks/results/2026-11-29-h200-v6-probes.txt).
+// 5.45 -> 4.85 us, float32 784x3840 4.59 -> 3.74 us, but float32 2032x2304
+// 6.48 -> 7.05 us; the large shapes within 2%
+// (benchmarks/results/2026-11-29-h200-v6-probes.txt).
 template <typename T>
 using Policy = RowPolicy<8 * kPack128<T>, 512, 32>;
 
