@@ -4,7 +4,8 @@ The plans are host code: a small driver built with nvcc prints the plan that
 PlanRowLaunch makes for a shape, and the tests hold it to what the softmax and
 reduce_sum pages and tests/test_softmax.py say each row length gets: warp
 lanes, a block, a cluster of blocks (softmax only, Hopper only),
-or one block streaming the row. Skips where nvcc is missing.
+or one block streaming the row; and copy's and vector_add's grid (TileBlocks).
+Skips where nvcc is missing.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ DRIVER = r"""
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include "reduce_sum/reduce_sum_kernel.cuh"
 #include "softmax/softmax_kernel.cuh"
 using namespace jax_camp;
@@ -45,8 +47,16 @@ int Refuse() {
   return 0;
 }
 
+// copy's and vector_add's grid for `count` packs: one block a tile of 256, or an error.
+int Tiles(long long count) {
+  const auto blocks = TileBlocks<1>(count, 256, "copy");
+  printf("%s\n", blocks.has_value() ? std::to_string(*blocks).c_str() : blocks.error().message().c_str());
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (!strcmp(argv[1], "refuse")) return Refuse();
+  if (!strcmp(argv[1], "tiles")) return Tiles(atoll(argv[2]));
   const char* kernel = argv[1];
   const long rows = atol(argv[2]), cols = atol(argv[3]);
   const int pack = atoi(argv[4]);
@@ -165,3 +175,14 @@ def test_grid_is_capped_and_whole_clusters(plan):
 def test_launcher_refuses_a_plan_it_has_no_kernel_for(plan):
     out = subprocess.run([str(plan.binary), "refuse"], capture_output=True, text=True, check=True).stdout
     assert "no kernel for this plan" in out
+
+
+@pytest.mark.parametrize("packs,expected", [
+    (0, "1"), (1, "1"), (256, "1"), (257, "2"),
+    ((2**31 - 1) * 256, str(2**31 - 1)),
+    ((2**31 - 1) * 256 + 1, "copy: more elements than one grid of 2^31 - 1 blocks covers"),
+])
+def test_elementwise_grid_covers_the_array_or_refuses(plan, packs, expected):
+    """One tile a block and no loop (ForBlockTile): a count one grid cannot cover is an error."""
+    out = subprocess.run([str(plan.binary), "tiles", str(packs)], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == expected
