@@ -94,7 +94,10 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   TimeRow<T, softmax::ForwardPolicy>(
       "forward", dtype, rows, cols,
       [](auto p, auto c, auto s) {
-        return softmax::SoftmaxForwardKernel<T, decltype(p)::value, decltype(c)::value, decltype(s)::value>;
+        constexpr int kP = decltype(p)::value, kC = decltype(c)::value;
+        constexpr RowLayout kL = decltype(s)::value;
+        return RowKernel{softmax::SoftmaxForwardKernel<T, kP, kC, kL>,
+                         softmax::kForwardPrefetchBytes<T, kP, kC, kL>};
       },
       (const T*)x, y, rows, cols);
   TimeRow<T, softmax::BackwardPolicy>(

@@ -20,8 +20,11 @@ ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
     return LaunchRowKernel<T, ForwardPolicy>(
         "launching softmax", stream, rows, cols, IsAligned(in, 16) && IsAligned(out, 16),
         [](auto pack, auto chunk, auto layout) {
-          return SoftmaxForwardKernel<T, decltype(pack)::value, decltype(chunk)::value,
-                                      decltype(layout)::value>;
+          constexpr int kPack = decltype(pack)::value;
+          constexpr int kChunk = decltype(chunk)::value;
+          constexpr RowLayout kLayout = decltype(layout)::value;
+          return RowKernel{SoftmaxForwardKernel<T, kPack, kChunk, kLayout>,
+                           kForwardPrefetchBytes<T, kPack, kChunk, kLayout>};
         },
         in, out, rows, cols);
   });
