@@ -7,7 +7,8 @@
 // thread holds a chunk of its row in registers: kChunk packs, all loaded
 // before any is used, so that many loads are in flight. A row that fits in
 // one chunk per thread is read from memory once, however many passes the
-// kernel makes.
+// kernel makes; a cluster team can load its next row into shared memory
+// while it works on this one (RowChunk::Prefetch).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -421,11 +422,11 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
 }
 
 // Launches select_kernel(IntTag<pack>, IntTag<chunk>, RowLayoutTag<layout>)
-// (a kernel or a RowKernel) under `plan` with args..., plan.lanes. A team gets more lanes than a block
-// only once its threads hold the most they may, so rows are streamed or held
-// in clusters only at the largest chunk, and only that chunk has kernels for
-// those layouts: a kernel that holds its rows in one block can then keep to
-// the registers that this needs.
+// (a kernel or a RowKernel) under `plan` with args..., plan.lanes. A team
+// gets more lanes than a block only once its threads hold the most they may,
+// so rows are streamed or held in clusters only at the largest chunk, and
+// only that chunk has kernels for those layouts: a kernel that holds its rows
+// in one block can then keep to the registers that this needs.
 template <typename Policy, int kPack, typename SelectKernel, typename... Args>
 ffi::Error LaunchRowKernelAs(const char* what, cudaStream_t stream, const RowLaunch& plan,
                              SelectKernel select_kernel, Args... args) {
