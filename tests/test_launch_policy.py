@@ -4,7 +4,8 @@ The plans are host code: a small driver built with nvcc prints the plan that
 PlanRowLaunch makes for a shape, and the tests hold it to what the softmax and
 reduce_sum pages and tests/test_softmax.py say each row length gets: warp
 lanes, a block, a cluster of blocks (softmax only, Hopper only),
-or one block streaming the row; and copy's and vector_add's grid (TileBlocks).
+or one block streaming the row; which of the forward's plans prefetch their next
+row; and copy's and vector_add's grid (TileBlocks).
 Skips where nvcc is missing.
 """
 
@@ -54,8 +55,22 @@ int Tiles(long long count) {
   return 0;
 }
 
+// The forward's prefetch rule: the bytes a thread its kernels prefetch (float32
+// and bfloat16 clusters, float32 held by a block, an unaligned float32 cluster),
+// then the fewest cluster blocks that prefetch.
+int Prefetch() {
+  printf("%d %d %d %d %d\n",
+         softmax::kForwardPrefetchBytes<float, 4, 16, RowLayout::kHeldInCluster>,
+         softmax::kForwardPrefetchBytes<__nv_bfloat16, 8, 8, RowLayout::kHeldInCluster>,
+         softmax::kForwardPrefetchBytes<float, 4, 16, RowLayout::kHeld>,
+         softmax::kForwardPrefetchBytes<float, 1, 16, RowLayout::kHeldInCluster>,
+         kMinPrefetchClusterBlocks);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (!strcmp(argv[1], "refuse")) return Refuse();
+  if (!strcmp(argv[1], "prefetch")) return Prefetch();
   if (!strcmp(argv[1], "tiles")) return Tiles(atoll(argv[2]));
   const char* kernel = argv[1];
   const long rows = atol(argv[2]), cols = atol(argv[3]);
@@ -175,6 +190,20 @@ def test_grid_is_capped_and_whole_clusters(plan):
 def test_launcher_refuses_a_plan_it_has_no_kernel_for(plan):
     out = subprocess.run([str(plan.binary), "refuse"], capture_output=True, text=True, check=True).stdout
     assert "no kernel for this plan" in out
+
+
+@pytest.mark.parametrize("cols,prefetches", [
+    (32768, False), (40_000, False), (131_072, False), (150_000, True), (262144, True), (300_000, True),
+])
+def test_forward_prefetches_float32_rows_in_clusters_of_8_or_more(plan, cols, prefetches):
+    """As softmax_kernel.cuh says (kForwardPrefetchBytes): 256 bytes a thread for float32 cluster
+    kernels in 16-byte packs, none for 16-bit types, blocks or unaligned rows; and only clusters of
+    kMinPrefetchClusterBlocks or more (float32 1024x262144: 603 against 634 us)."""
+    out = subprocess.run([str(plan.binary), "prefetch"], capture_output=True, text=True, check=True).stdout
+    float32_cluster, bfloat16_cluster, float32_block, unaligned_cluster, min_blocks = map(int, out.split())
+    assert (float32_cluster, bfloat16_cluster, float32_block, unaligned_cluster) == (256, 0, 0, 0)
+    p = plan("forward", 3, cols, 4)
+    assert (p["cluster"] >= min_blocks and float32_cluster > 0) == prefetches
 
 
 @pytest.mark.parametrize("packs,expected", [
