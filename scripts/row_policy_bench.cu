@@ -93,13 +93,7 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   BENCH_CHECK(cudaMemset(g, 0x3c, bytes));
   TimeRow<T, softmax::ForwardPolicy>(
       "forward", dtype, rows, cols,
-      [](auto p, auto c, auto s) {
-        constexpr int kP = decltype(p)::value, kC = decltype(c)::value;
-        constexpr RowLayout kL = decltype(s)::value;
-        return RowKernel{softmax::SoftmaxForwardKernel<T, kP, kC, kL>,
-                         softmax::kForwardPrefetchBytes<T, kP, kC, kL>};
-      },
-      (const T*)x, y, rows, cols);
+      softmax::SelectForwardKernel<T>{}, (const T*)x, y, rows, cols);
   TimeRow<T, softmax::BackwardPolicy>(
       "backward", dtype, rows, cols,
       [](auto p, auto c, auto) { return softmax::SoftmaxBackwardKernel<T, decltype(p)::value, decltype(c)::value>; },

@@ -39,6 +39,15 @@ struct RowScratch {
 // 4 (4096x131072) ran the same either way, of 2 (8192x65536) 3% slower.
 constexpr int kMinPrefetchClusterBlocks = 8;
 
+// Whether the launcher gave this kernel dynamic shared memory: a kernel that
+// can prefetch its next row does so exactly when LaunchRowPlan gave it
+// somewhere to prefetch into, so the rule lives in the launcher alone.
+__device__ __forceinline__ bool HasDynamicSharedMemory() {
+  unsigned bytes;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
+  return bytes > 0;
+}
+
 struct RowTeam {
   int lanes;  // threads per row: a power of two up to 32, a block, or a cluster
   int lane;   // this thread's place in its team
@@ -67,9 +76,6 @@ struct RowTeam {
       row_stride = gridDim.x >> blocks_log2;
     }
   }
-
-  // Whether a kernel that can prefetch its next row does (see LaunchRowPlan).
-  __device__ bool Prefetches() const { return lanes >= kMinPrefetchClusterBlocks * blockDim.x; }
 
   // This thread's row in the block's current group of rows starting at
   // `group`. The loop over groups is uniform across the block (the cluster),
@@ -162,8 +168,7 @@ struct RowChunk {
 #pragma unroll 1
     for (int i = 0; i < kChunk; ++i) {
       const int64_t p = base + int64_t{i} * team.lanes + team.lane;
-      const auto slot = static_cast<unsigned>(
-          __cvta_generic_to_shared(stripe + i * blockDim.x + threadIdx.x));
+      const auto slot = static_cast<unsigned>(__cvta_generic_to_shared(StripeSlot(stripe, i)));
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(slot),
                    "l"(row_packs + (p < num_packs ? p : 0))
                    : "memory");
@@ -181,8 +186,14 @@ struct RowChunk {
 #endif
 #pragma unroll
     for (int i = 0; i < kChunk; ++i)
-      packs[i].Load(reinterpret_cast<const typename StoredPack::MemoryPack*>(
-          stripe + i * blockDim.x + threadIdx.x));
+      packs[i].Load(
+          reinterpret_cast<const typename StoredPack::MemoryPack*>(StripeSlot(stripe, i)));
+  }
+
+  // Pack i's slot in a prefetch stripe, this thread's own.
+  template <typename Stripe>
+  static __device__ __forceinline__ Stripe* StripeSlot(Stripe* stripe, int i) {
+    return stripe + i * blockDim.x + threadIdx.x;
   }
 
   // visit(i, column, values) for each loaded pack i, values in float32.

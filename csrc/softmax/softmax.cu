@@ -19,14 +19,7 @@ ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
     T* out = static_cast<T*>(y->untyped_data());
     return LaunchRowKernel<T, ForwardPolicy>(
         "launching softmax", stream, rows, cols, IsAligned(in, 16) && IsAligned(out, 16),
-        [](auto pack, auto chunk, auto layout) {
-          constexpr int kPack = decltype(pack)::value;
-          constexpr int kChunk = decltype(chunk)::value;
-          constexpr RowLayout kLayout = decltype(layout)::value;
-          return RowKernel{SoftmaxForwardKernel<T, kPack, kChunk, kLayout>,
-                           kForwardPrefetchBytes<T, kPack, kChunk, kLayout>};
-        },
-        in, out, rows, cols);
+        SelectForwardKernel<T>{}, in, out, rows, cols);
   });
 }
 

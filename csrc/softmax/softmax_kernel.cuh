@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
   RowTeam team(lanes);
   const int64_t num_packs = cols / kPack;
   if constexpr (kForwardPrefetchBytes<T, kPack, kChunk, kLayout> > 0) {
-    if (team.Prefetches()) {
+    if (HasDynamicSharedMemory()) {
       // One row a team (a cluster), every row in full.
       extern __shared__ uint4 next_row[];
       RowChunk<T, kPack, kChunk> chunk;
@@ -239,6 +239,18 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
   }
   team.Finish<kClusters>();
 }
+
+// The forward kernel for a plan's pack, chunk and layout, with the shared
+// memory it prefetches into (see LaunchRowKernelAs): the handler and
+// scripts/row_policy_bench.cu launch the same kernels.
+template <typename T>
+struct SelectForwardKernel {
+  template <typename Pack, typename Chunk, typename Layout>
+  auto operator()(Pack, Chunk, Layout) const {
+    return RowKernel{SoftmaxForwardKernel<T, Pack::value, Chunk::value, Layout::value>,
+                     kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
+  }
+};
 
 template <typename T, int kPack, int kChunk>
 __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
