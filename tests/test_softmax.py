@@ -26,10 +26,10 @@ from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_
 # 256-thread blocks, 20_000 of 4, 40_000 of 8, 65_544 of 16, 200_000 16
 # blocks of 512, 300_000 are streamed. Unaligned rows (1-element packs):
 # 40_001 and 70_001 columns take clusters forward, 70_001 is streamed
-# backward, and test_long_rows streams a million forward. The forward's
-# float32 clusters of 8 and 16 blocks prefetch each next row while they work
-# on one: 40 rows of 150_000 and 24 of 300_000 give each resident cluster
-# several.
+# backward, and test_long_rows streams a million forward. Clusters of 8 or
+# more 512-thread blocks prefetch each next row while they work on one (the
+# forward from 150_000 columns, the backward's 200_000 and 150_000): 40 rows
+# of 150_000 and 24 of 300_000 give each resident cluster several.
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,), (5, 8),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),

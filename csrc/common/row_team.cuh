@@ -8,36 +8,51 @@
 // before any is used, so that many loads are in flight. A row that fits in
 // one chunk per thread is read from memory once, however many passes the
 // kernel makes; a cluster team can load its next row into shared memory
-// while it works on this one (RowChunk::Prefetch).
+// while it works on this one (NextRow).
 #pragma once
 
 #include <cooperative_groups.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "cuda_common.cuh"
+#include "hopper.cuh"
 
 namespace jax_camp {
 
+// Hopper's largest cluster; past 8 blocks a kernel must opt in.
+constexpr int kMaxClusterBlocks = 16;
+constexpr int kMaxPortableClusterBlocks = 8;
+
 // The shared memory a row kernel declares for RowTeam::Reduce over values of
-// type V: one per warp, and two slots that a cluster team's blocks read each
-// other's results from.
+// type V: one per warp; and for a cluster team's reductions, used in turn,
+// every block's result (pushed there by each block of the team) and the
+// barrier that counts them in.
 template <typename V>
 struct RowScratch {
   static constexpr int kMaxWarps = 32;
   V warps[kMaxWarps];
-  V cluster_slots[2];
+  alignas(8) V cluster_results[2][kMaxClusterBlocks];
+  uint64_t cluster_arrivals[2];
 };
 
-// Cluster teams of at least this many blocks prefetch their next row where
-// their kernel can (RowKernel): the more blocks a row's reduction waits for,
-// the longer an SM would sit without a load in flight. Float32 forward:
+// Cluster teams of at least this many blocks, of at least this many threads,
+// prefetch their next row where their kernel can (RowKernel,
+// PrefetchSharedBytes): the more blocks a row's reduction waits for, the
+// longer an SM would sit without a load in flight. Float32 forward:
 // 1024x262144 in clusters of 8 ran 603 us prefetching, 634 not; clusters of
-// 4 (4096x131072) ran the same either way, of 2 (8192x65536) 3% slower.
+// 4 (4096x131072) ran the same either way, of 2 (8192x65536) 3% slower
+// (per-thread cp.async; docs/performance_notes.md, v7). The backward ran
+// 2% slower prefetching in clusters of 8 and 16 blocks of 256 threads
+// (8192x65536, 4096x131072 float32), 4-29% faster in blocks of 512 (v8).
 constexpr int kMinPrefetchClusterBlocks = 8;
+constexpr int kMinPrefetchBlockThreads = 512;
 
 // Whether the launcher gave this kernel dynamic shared memory: a kernel that
 // can prefetch its next row does so exactly when LaunchRowPlan gave it
@@ -83,6 +98,25 @@ struct RowTeam {
   // empty.
   __device__ int64_t RowIn(int64_t group) const { return group + (threadIdx.x >> lanes_log2); }
 
+  // Every row kernel calls this first. A cluster team's blocks set up the
+  // barriers that the others' results count in on (ClusterReduce); none may
+  // push a result before every block has.
+  template <bool kClusters, typename V>
+  __device__ void Begin(RowScratch<V>& scratch) const {
+#if __CUDA_ARCH__ >= 900
+    if constexpr (kClusters) {
+      if (lanes > blockDim.x) {
+        if (threadIdx.x == 0) {
+          hopper::InitBarrier(&scratch.cluster_arrivals[0], 1);
+          hopper::InitBarrier(&scratch.cluster_arrivals[1], 1);
+          hopper::PublishBarrierInit();
+        }
+        cooperative_groups::this_cluster().sync();
+      }
+    }
+#endif
+  }
+
   // Every lane of the team returns op over the team's values (block and
   // cluster teams through `scratch`). kClusters: whether the team can be a
   // cluster; where it cannot, the cluster code is left out, since even never
@@ -92,12 +126,12 @@ struct RowTeam {
     if (lanes <= 32) return WarpReduce(v, op, lanes);
     v = BlockReduce(v, op, scratch.warps);
     if (!kClusters || lanes <= blockDim.x) return v;
-    return ClusterReduce(v, op, scratch.cluster_slots);
+    return ClusterReduce(v, op, scratch);
   }
 
-  // A cluster team's blocks read one another's shared memory up to their
-  // last reduction: none may exit before all are past it. Every row kernel
-  // calls this last.
+  // A cluster team's blocks write into one another's shared memory up to
+  // their last reduction: none may exit before all are past it. Every row
+  // kernel calls this last.
   template <bool kClusters>
   __device__ void Finish() const {
 #if __CUDA_ARCH__ >= 900
@@ -108,26 +142,32 @@ struct RowTeam {
   }
 
  private:
-  // Each block posts its result in one of two slots, then after one cluster
-  // barrier every thread combines all blocks' results (in the same order
-  // everywhere, so the same float). Two slots used in turn need
-  // no second barrier: a block posts into a slot again only after the next
-  // reduction's barrier, which every block reaches after reading it.
+  // Each block pushes its result into every block's slot of its rank (thread
+  // t to rank t), where it counts in on that block's barrier; each block
+  // waits on its own barrier alone, then every thread combines the results
+  // in rank order (the same float in every block). No cluster barrier: one
+  // (with the memory fence it implies, which waited for the block's earlier
+  // stores) and remote reads after it cost 11% of the float32 forward's
+  // stall samples at 1024x262144 (ncu). Two rounds used in turn are enough: a
+  // block pushes into a round again only after it has every block's result
+  // of the round between, which each block pushed only after its threads had
+  // all read that round's results (BlockReduce's barrier).
   template <typename V, typename Op>
-  __device__ V ClusterReduce(V v, Op op, V* slots) {
+  __device__ V ClusterReduce(V v, Op op, RowScratch<V>& scratch) {
 #if __CUDA_ARCH__ >= 900
-    auto cluster = cooperative_groups::this_cluster();
-    V* slot = slots + (cluster_reductions++ & 1);
-    if (threadIdx.x == 0) *slot = v;
-    cluster.sync();
-    const int blocks = lanes >> (__ffs(blockDim.x) - 1);
-    // Lane i reads rank (i mod blocks)'s result, so that all the remote reads
-    // are in flight at once, and a butterfly over each group of `blocks`
-    // lanes combines them, in the same order in every warp of every block.
-    // Read one after another, float32 1024x262144 ran 672 us forward (8
-    // blocks) and 1123 backward (16), against 637 and 978 this way.
-    const unsigned rank = threadIdx.x & (blocks - 1);
-    return WarpReduce(*cluster.map_shared_rank(slot, rank), op, blocks);
+    const int round = cluster_reductions & 1;
+    const unsigned parity = (cluster_reductions >> 1) & 1;
+    ++cluster_reductions;
+    const int block_log2 = __ffs(blockDim.x) - 1;
+    const int blocks = lanes >> block_log2;
+    V* results = scratch.cluster_results[round];
+    uint64_t* arrivals = &scratch.cluster_arrivals[round];
+    if (threadIdx.x == 0) hopper::ArriveExpectingBytes(arrivals, blocks * sizeof(V));
+    if (threadIdx.x < blocks) hopper::StoreToBlock(&results[lane >> block_log2], v, arrivals, threadIdx.x);
+    hopper::WaitBarrier(arrivals, parity);
+    // Lane i takes rank (i mod blocks)'s result and a butterfly over each
+    // group of `blocks` lanes combines them, in the same order in every warp.
+    return WarpReduce(results[threadIdx.x & (blocks - 1)], op, blocks);
 #else
     __trap();  // the launcher plans clusters only on devices that have them
     return v;
@@ -154,48 +194,6 @@ struct RowChunk {
     }
   }
 
-  // Starts copying the packs at `base` that Load would load into shared
-  // memory, where TakePrefetched finds them: pack i goes to
-  // stripe[i * blockDim.x + threadIdx.x], a slot no other thread touches, so
-  // no barrier is needed. Asynchronous (cp.async, 16-byte packs): the copy
-  // runs while the thread works on the chunk it holds. Not unrolled: unrolled,
-  // its 16 addresses spilled the float32 forward's cluster kernel.
-  __device__ __forceinline__ void Prefetch(const T* row, int64_t num_packs, int64_t base,
-                                           const RowTeam& team, uint4* stripe) const {
-    static_assert(sizeof(typename StoredPack::MemoryPack) == 16, "cp.async moves 16-byte packs");
-#if __CUDA_ARCH__ >= 900
-    const auto* row_packs = reinterpret_cast<const uint4*>(row);
-#pragma unroll 1
-    for (int i = 0; i < kChunk; ++i) {
-      const int64_t p = base + int64_t{i} * team.lanes + team.lane;
-      const auto slot = static_cast<unsigned>(__cvta_generic_to_shared(StripeSlot(stripe, i)));
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(slot),
-                   "l"(row_packs + (p < num_packs ? p : 0))
-                   : "memory");
-    }
-    asm volatile("cp.async.commit_group;" ::: "memory");
-#else
-    __trap();  // only cluster teams prefetch, and the launcher plans clusters only on Hopper
-#endif
-  }
-
-  // Waits for this thread's Prefetch and loads its packs from `stripe`.
-  __device__ __forceinline__ void TakePrefetched(const uint4* stripe) {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.wait_group 0;" ::: "memory");
-#endif
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i)
-      packs[i].Load(
-          reinterpret_cast<const typename StoredPack::MemoryPack*>(StripeSlot(stripe, i)));
-  }
-
-  // Pack i's slot in a prefetch stripe, this thread's own.
-  template <typename Stripe>
-  static __device__ __forceinline__ Stripe* StripeSlot(Stripe* stripe, int i) {
-    return stripe + i * blockDim.x + threadIdx.x;
-  }
-
   // visit(i, column, values) for each loaded pack i, values in float32.
   template <typename Visit>
   __device__ __forceinline__ void ForEach(int64_t num_packs, int64_t base, const RowTeam& team,
@@ -218,6 +216,71 @@ struct RowChunk {
   __device__ __forceinline__ void Replace(int i, const float (&values)[kPack]) {
     packs[i].Set(values);
   }
+};
+
+// A block's share of its team's next row, loaded into shared memory while
+// the team works on the row it holds (a row held whole, 16-byte packs). The
+// share is the RowChunk that each thread would Load, laid out pack i of
+// thread t at stripe[i * blockDim.x + t]: kChunk runs of blockDim.x packs,
+// each contiguous in the row too, so that thread 0 starts one bulk copy (the
+// TMA engine) a run and the block's other threads issue nothing. With
+// per-thread cp.async copies, 15% of the float32 forward's stall samples at
+// 1024x262144 were their issue waiting on the memory pipeline (ncu); bulk
+// copies, with ClusterReduce's barrier gone too, ran it in 570 us, not 618.
+template <typename T, int kPack, int kChunk>
+class NextRow {
+ public:
+  using Chunk = RowChunk<T, kPack, kChunk>;
+  static_assert(sizeof(typename Chunk::StoredPack::MemoryPack) == 16, "bulk copies of 16-byte packs");
+
+  // `stripe`: kChunk * blockDim.x packs; `arrival`: a barrier in shared
+  // memory. Every thread of the block constructs it.
+  __device__ NextRow(uint4* stripe, uint64_t* arrival) : stripe_(stripe), arrival_(arrival) {
+    if (threadIdx.x == 0) hopper::InitBarrier(arrival_, 1);
+    __syncthreads();
+  }
+
+  // Starts loading this block's share of `row` (num_packs packs). Thread 0
+  // does it all; every thread may call it.
+  __device__ void Load(const T* row, int64_t num_packs, const RowTeam& team) {
+    if (threadIdx.x != 0) return;
+    const auto* row_packs = reinterpret_cast<const uint4*>(row);
+    // Thread 0's lane is the block's first in the team.
+    auto run_packs = [&](int i) {
+      const int64_t left = num_packs - (int64_t{i} * team.lanes + team.lane);
+      return static_cast<unsigned>(left <= 0 ? 0 : left < blockDim.x ? left : blockDim.x);
+    };
+    unsigned bytes = 0;
+    for (int i = 0; i < kChunk; ++i) bytes += run_packs(i) * 16;
+    // The threads' reads of the stripe (TakeInto) come before the copies
+    // that overwrite it.
+    hopper::FenceBeforeBulkCopies();
+    hopper::ArriveExpectingBytes(arrival_, bytes);
+    for (int i = 0; i < kChunk; ++i) {
+      const unsigned packs = run_packs(i);
+      if (packs > 0)
+        hopper::BulkLoad(stripe_ + i * blockDim.x, row_packs + int64_t{i} * team.lanes + team.lane,
+                         packs * 16, arrival_);
+    }
+  }
+
+  // Waits for the last Load and takes each thread's packs into `chunk`
+  // (those past the row's end hold stale bits, which ForEach skips). Every
+  // thread of the block calls it, before the next Load.
+  __device__ void TakeInto(Chunk& chunk) {
+    hopper::WaitBarrier(arrival_, phase_);
+    phase_ ^= 1;
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i)
+      chunk.packs[i].Load(reinterpret_cast<const typename Chunk::StoredPack::MemoryPack*>(
+          stripe_ + i * blockDim.x + threadIdx.x));
+    __syncthreads();  // every thread has its packs before thread 0 refills the stripe
+  }
+
+ private:
+  uint4* stripe_;
+  uint64_t* arrival_;
+  unsigned phase_ = 0;
 };
 
 template <int kPack, typename T>
@@ -270,10 +333,6 @@ RowLimits LimitsOf(int pack, bool clusters) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
           clusters ? Policy::kClusterBlockThreads : 0, Policy::kMinLanes};
 }
-
-// Hopper's largest cluster; past 8 blocks a kernel must opt in.
-constexpr int kMaxClusterBlocks = 16;
-constexpr int kMaxPortableClusterBlocks = 8;
 
 // How a team covers its row: held in its registers, by warp lanes or a
 // block, or by a cluster of blocks; or streamed through them, when the row is
@@ -373,7 +432,7 @@ ffi::Error DispatchChunk(int chunk, F f) {
 }
 
 // A row kernel, and the shared memory a thread that it prefetches its team's
-// next row into (RowChunk::Prefetch); 0 for none.
+// next row into (NextRow); 0 for none.
 template <typename... Params>
 struct RowKernel {
   void (*function)(Params...);
@@ -382,12 +441,45 @@ struct RowKernel {
 template <typename... Params>
 RowKernel(void (*)(Params...), int) -> RowKernel<Params...>;
 
+// The dynamic shared memory a block of `plan` gets for a kernel that
+// prefetches `bytes_per_thread`: none outside clusters of many large blocks
+// (kMinPrefetchClusterBlocks, kMinPrefetchBlockThreads).
+inline int PrefetchSharedBytes(const RowLaunch& plan, int bytes_per_thread) {
+  const bool prefetches =
+      plan.cluster >= kMinPrefetchClusterBlocks && plan.threads >= kMinPrefetchBlockThreads;
+  return prefetches ? bytes_per_thread * plan.threads : 0;
+}
+
+// The clusters of `config` (of `cluster` blocks) that fit on the device at
+// once, asked of the driver once per kernel, device and shape: the handlers
+// run on XLA's launch path (as CachedDeviceAttribute).
+inline ffi::ErrorOr<int> CachedResidentClusters(const void* kernel, int cluster,
+                                                const cudaLaunchConfig_t& config) {
+  int device = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "querying the device"));
+  using Key = std::tuple<const void*, int, int, unsigned, size_t>;
+  const Key key{kernel, device, cluster, config.blockDim.x, config.dynamicSmemBytes};
+  static std::mutex mutex;
+  static std::map<Key, int> known;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto found = known.find(key); found != known.end()) return found->second;
+  }
+  int clusters = 0;
+  status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+  if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "sizing the grid"));
+  std::lock_guard<std::mutex> lock(mutex);
+  known.emplace(key, clusters);
+  return clusters;
+}
+
 // kernel<<<plan>>>(args..., plan.lanes), in clusters of plan.cluster blocks.
-// A kernel that prefetches (clusters of kMinPrefetchClusterBlocks or more)
-// gets one grid of resident clusters, each taking its rows in turn, so that
-// every row after a cluster's first is loaded while the one before it is
-// worked on (float32 1024x262144 forward: 603 us, against 647 with the
-// plan's grid of 264 clusters).
+// A kernel that prefetches (PrefetchSharedBytes) gets one grid of resident
+// clusters, each taking its rows in turn, so that every row after a
+// cluster's first is loaded while the one before it is worked on (float32
+// 1024x262144 forward: 603 us, against 647 with the plan's grid of 264
+// clusters).
 template <typename... Params, typename... Args>
 ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch& plan,
                          RowKernel<Params...> kernel, Args... args) {
@@ -396,9 +488,7 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
         cudaFuncSetAttribute(kernel.function, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
         what));
   }
-  const int prefetch_bytes = plan.cluster >= kMinPrefetchClusterBlocks
-                                 ? kernel.prefetch_bytes_per_thread * plan.threads
-                                 : 0;
+  const int prefetch_bytes = PrefetchSharedBytes(plan, kernel.prefetch_bytes_per_thread);
   if (prefetch_bytes > 0) {
     JAX_CAMP_RETURN_IF_ERROR(CheckCuda(
         cudaFuncSetAttribute(kernel.function, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -418,10 +508,10 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
   config.attrs = &cluster_dims;
   config.numAttrs = plan.cluster > 1 ? 1 : 0;
   if (prefetch_bytes > 0) {
-    int resident = 0;
-    JAX_CAMP_RETURN_IF_ERROR(
-        CheckCuda(cudaOccupancyMaxActiveClusters(&resident, kernel.function, &config), what));
-    if (resident > 0) config.gridDim.x = std::min(plan.blocks, resident * plan.cluster);
+    const auto resident = CachedResidentClusters(
+        reinterpret_cast<const void*>(kernel.function), plan.cluster, config);
+    if (!resident.has_value()) return resident.error();
+    if (*resident > 0) config.gridDim.x = std::min(plan.blocks, *resident * plan.cluster);
   }
   return CheckCuda(cudaLaunchKernelEx(&config, kernel.function, args..., plan.lanes), what);
 }

@@ -29,6 +29,7 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads)
                     int lanes) {
   __shared__ RowScratch<float> scratch;
   RowTeam team(lanes);
+  team.Begin<Policy<T>::kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
   const int64_t chunk_packs = int64_t{lanes} * kChunk;
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {

@@ -39,9 +39,7 @@ ffi::Error SoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBu
     const bool aligned = IsAligned(y_data, 16) && IsAligned(g_data, 16) && IsAligned(dx_data, 16);
     return LaunchRowKernel<T, BackwardPolicy>(
         "launching softmax_backward", stream, rows, cols, aligned,
-        [](auto pack, auto chunk, auto) {  // one kernel for every layout
-          return SoftmaxBackwardKernel<T, decltype(pack)::value, decltype(chunk)::value>;
-        },
+        SelectBackwardKernel<T>{},
         y_data, g_data, dx_data, rows, cols);
   });
 }

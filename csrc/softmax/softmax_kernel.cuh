@@ -182,15 +182,14 @@ constexpr int kForwardMinBlocks =
         : 1;
 
 // Shared memory a thread (0: none) that a forward kernel prefetches its
-// team's next row into while it works on the row it holds, in clusters of
-// kMinPrefetchClusterBlocks or more. Where a cluster team's threads hold
-// more than 128 bytes (float32), one block fills an SM, and nothing else on
-// it would load while the block exps, reduces and stores: float32
-// 1024x262144 ran 603 us prefetching, 634 without. With two blocks an SM
-// (bfloat16) it ran 352 against 338, and is not done. (The backward, tried
-// the same way, ran 12-25% slower at every cluster plan, those that did not
-// prefetch as well: its float32 kernel grew from 113 to 120 registers. It
-// does not prefetch.)
+// team's next row into while it works on the row it holds (NextRow), where
+// the launcher lets it (PrefetchSharedBytes): otherwise, between a row's
+// last load and its first store, an SM would have nothing to load. Float32
+// 1024x262144 ran 570 us prefetching by bulk copies (618 by per-thread
+// cp.async, 634 not prefetching). Not 16-bit types, whose chunks (128 bytes
+// a thread) fit in 64 registers so that two blocks share an SM: prefetching,
+// bfloat16 1024x262144 ran 309 us against 324, but its kernel spilled
+// (docs/performance_notes.md, v8).
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kForwardPrefetchBytes =
     kLayout == RowLayout::kHeldInCluster && kPack > 1 && sizeof(T) * kPack * kChunk > 128
@@ -205,18 +204,21 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
   constexpr bool kClusters = kLayout == RowLayout::kHeldInCluster;
   __shared__ RowScratch<MaxSum> scratch;
   RowTeam team(lanes);
+  team.Begin<kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
   if constexpr (kForwardPrefetchBytes<T, kPack, kChunk, kLayout> > 0) {
     if (HasDynamicSharedMemory()) {
       // One row a team (a cluster), every row in full.
-      extern __shared__ uint4 next_row[];
-      RowChunk<T, kPack, kChunk> chunk;
+      extern __shared__ uint4 next_row_stripe[];
+      __shared__ uint64_t next_row_arrival;
+      NextRow<T, kPack, kChunk> next_row(next_row_stripe, &next_row_arrival);
       int64_t row = team.first_row;
-      if (row < rows) chunk.Prefetch(x + row * cols, num_packs, 0, team, next_row);
+      if (row < rows) next_row.Load(x + row * cols, num_packs, team);
       for (; row < rows; row += team.row_stride) {
-        chunk.TakePrefetched(next_row);
-        const int64_t next = row + team.row_stride;
-        if (next < rows) chunk.Prefetch(x + next * cols, num_packs, 0, team, next_row);
+        RowChunk<T, kPack, kChunk> chunk;
+        next_row.TakeInto(chunk);
+        const int64_t following = row + team.row_stride;
+        if (following < rows) next_row.Load(x + following * cols, num_packs, team);
         SoftmaxOfHeldRow<T, kPack, kChunk, kClusters>(chunk, y + row * cols, num_packs, team,
                                                       scratch);
       }
@@ -252,13 +254,81 @@ struct SelectForwardKernel {
   }
 };
 
+// Shared memory a thread that a backward kernel prefetches its team's next
+// y and g rows into (NextRow; 0: none), where the launcher lets it
+// (PrefetchSharedBytes): float32 1024x262144 ran 813 us prefetching, 843
+// not; 40x150000 26 against 37.
+template <typename T, int kPack, int kChunk, RowLayout kLayout>
+constexpr int kBackwardPrefetchBytes =
+    kLayout == RowLayout::kHeldInCluster && kPack > 1 ? 2 * sizeof(T) * kPack * kChunk : 0;
+
+// The backward's two passes over the packs of a row at `base` that the
+// chunks hold: this thread's share of sum(g * y), and dx's packs.
 template <typename T, int kPack, int kChunk>
+__device__ __forceinline__ void AddDot(const RowChunk<T, kPack, kChunk>& y_chunk,
+                                       const RowChunk<T, kPack, kChunk>& g_chunk,
+                                       int64_t packs, int64_t base, const RowTeam& team,
+                                       float& thread_dot) {
+  y_chunk.ForEach(packs, base, team, [&](int i, int64_t, const float(&yv)[kPack]) {
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) thread_dot += g_chunk.Value(i, k) * yv[k];
+  });
+}
+
+template <typename T, int kPack, int kChunk>
+__device__ __forceinline__ void StoreGrad(const RowChunk<T, kPack, kChunk>& y_chunk,
+                                          const RowChunk<T, kPack, kChunk>& g_chunk, float dot,
+                                          T* dx, int64_t packs, int64_t base,
+                                          const RowTeam& team) {
+  y_chunk.ForEach(packs, base, team, [&](int i, int64_t col, const float(&yv)[kPack]) {
+    float out[kPack];
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) out[k] = yv[k] * (g_chunk.Value(i, k) - dot);
+    StorePack(dx + col, out);
+  });
+}
+
+template <typename T, int kPack, int kChunk, RowLayout kLayout>
 __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
     SoftmaxBackwardKernel(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
                           int64_t rows, int64_t cols, int lanes) {
+  constexpr bool kClusters = BackwardPolicy::kClusters;
   __shared__ RowScratch<float> scratch;
   RowTeam team(lanes);
+  team.Begin<kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
+  if constexpr (kBackwardPrefetchBytes<T, kPack, kChunk, kLayout> > 0) {
+    if (HasDynamicSharedMemory()) {
+      // One row a team (a cluster), every row in full, as the forward.
+      extern __shared__ uint4 next_row_stripes[];
+      __shared__ uint64_t next_row_arrivals[2];
+      NextRow<T, kPack, kChunk> next_y(next_row_stripes, &next_row_arrivals[0]);
+      NextRow<T, kPack, kChunk> next_g(next_row_stripes + kChunk * blockDim.x,
+                                       &next_row_arrivals[1]);
+      int64_t row = team.first_row;
+      if (row < rows) {
+        next_y.Load(y + row * cols, num_packs, team);
+        next_g.Load(g + row * cols, num_packs, team);
+      }
+      for (; row < rows; row += team.row_stride) {
+        RowChunk<T, kPack, kChunk> y_chunk;
+        RowChunk<T, kPack, kChunk> g_chunk;
+        next_y.TakeInto(y_chunk);
+        next_g.TakeInto(g_chunk);
+        const int64_t following = row + team.row_stride;
+        if (following < rows) {
+          next_y.Load(y + following * cols, num_packs, team);
+          next_g.Load(g + following * cols, num_packs, team);
+        }
+        float thread_dot = 0.f;
+        AddDot(y_chunk, g_chunk, num_packs, 0, team, thread_dot);
+        const float dot = team.Reduce<kClusters>(thread_dot, SumOp{}, scratch);
+        StoreGrad(y_chunk, g_chunk, dot, dx + row * cols, num_packs, 0, team);
+      }
+      team.Finish<kClusters>();
+      return;
+    }
+  }
   const int64_t chunk_packs = int64_t{lanes} * kChunk;
   const bool row_in_registers = num_packs <= chunk_packs;
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
@@ -272,26 +342,28 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
     for (int64_t base = 0; base < packs; base += chunk_packs) {
       y_chunk.Load(y + offset, packs, base, team);
       g_chunk.Load(g + offset, packs, base, team);
-      y_chunk.ForEach(packs, base, team, [&](int i, int64_t, const float(&yv)[kPack]) {
-#pragma unroll
-        for (int k = 0; k < kPack; ++k) thread_dot += g_chunk.Value(i, k) * yv[k];
-      });
+      AddDot(y_chunk, g_chunk, packs, base, team, thread_dot);
     }
-    const float dot = team.Reduce<BackwardPolicy::kClusters>(thread_dot, SumOp{}, scratch);
+    const float dot = team.Reduce<kClusters>(thread_dot, SumOp{}, scratch);
     for (int64_t base = 0; base < packs; base += chunk_packs) {
       if (!row_in_registers) {
         y_chunk.Load(y + offset, packs, base, team);
         g_chunk.Load(g + offset, packs, base, team);
       }
-      y_chunk.ForEach(packs, base, team, [&](int i, int64_t col, const float(&yv)[kPack]) {
-        float out[kPack];
-#pragma unroll
-        for (int k = 0; k < kPack; ++k) out[k] = yv[k] * (g_chunk.Value(i, k) - dot);
-        StorePack(dx + offset + col, out);
-      });
+      StoreGrad(y_chunk, g_chunk, dot, dx + offset, packs, base, team);
     }
   }
-  team.Finish<BackwardPolicy::kClusters>();
+  team.Finish<kClusters>();
 }
+
+// The backward kernel for a plan (see SelectForwardKernel).
+template <typename T>
+struct SelectBackwardKernel {
+  template <typename Pack, typename Chunk, typename Layout>
+  auto operator()(Pack, Chunk, Layout) const {
+    return RowKernel{SoftmaxBackwardKernel<T, Pack::value, Chunk::value, Layout::value>,
+                     kBackwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
+  }
+};
 
 }  // namespace jax_camp::softmax
