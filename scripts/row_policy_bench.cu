@@ -96,7 +96,7 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
       softmax::SelectForwardKernel<T>{}, (const T*)x, y, rows, cols);
   TimeRow<T, softmax::BackwardPolicy>(
       "backward", dtype, rows, cols,
-      [](auto p, auto c, auto) { return softmax::SoftmaxBackwardKernel<T, decltype(p)::value, decltype(c)::value>; },
+      softmax::SelectBackwardKernel<T>{},
       (const T*)y, (const T*)g, x, rows, cols);
   TimeRow<T, reduce_sum::Policy<T>>(
       "reduce", dtype, rows, cols,
