@@ -4,7 +4,8 @@ The plans are host code: a small driver built with nvcc prints the plan that
 PlanRowLaunch makes for a shape, and the tests hold it to what the softmax and
 reduce_sum pages and tests/test_softmax.py say each row length gets: warp
 lanes, a block, a cluster of blocks (softmax only, Hopper only),
-or one block streaming the row; which plans prefetch their next row; and copy's and vector_add's grid (TileBlocks).
+or one block streaming the row; which plans prefetch their next row; and copy's and
+vector_add's grid (TileBlocks).
 Skips where nvcc is missing.
 """
 
@@ -207,7 +208,7 @@ def test_softmax_kernels_prefetch_16_byte_packs_only(plan):
     ("backward", 32768, 4, False), ("backward", 65536, 4, False), ("backward", 131_072, 4, False),
     ("backward", 150_000, 4, True), ("backward", 262144, 4, True), ("backward", 262144, 8, True),
 ])
-def test_plans_prefetch_in_clusters_of_8_or_more_blocks_of_512(plan, kernel, cols, pack, prefetches):
+def test_plans_prefetch_in_clusters_of_8_or_more_large_blocks(plan, kernel, cols, pack, prefetches):
     """The launcher's rule (PrefetchSharedBytes): clusters of kMinPrefetchClusterBlocks or more, of
     blocks of kMinPrefetchBlockThreads or more (float32 1024x262144 forward: 570 against 618 us;
     the backward in clusters of 256-thread blocks ran 2% slower prefetching). tests/test_softmax.py

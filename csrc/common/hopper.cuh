@@ -104,7 +104,9 @@ __device__ __forceinline__ void StoreToBlock(V* slot, V v, uint64_t* barrier, un
   static_assert(sizeof(V) == 4 || sizeof(V) == 8, "one or two 32-bit words");
 #if __CUDA_ARCH__ >= 900
   unsigned remote_slot, remote_barrier;
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote_slot) : "r"(SharedAddress(slot)), "r"(rank));
+  asm("mapa.shared::cluster.u32 %0, %1, %2;"
+      : "=r"(remote_slot)
+      : "r"(SharedAddress(slot)), "r"(rank));
   asm("mapa.shared::cluster.u32 %0, %1, %2;"
       : "=r"(remote_barrier)
       : "r"(SharedAddress(barrier)), "r"(rank));

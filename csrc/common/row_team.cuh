@@ -163,7 +163,8 @@ struct RowTeam {
     V* results = scratch.cluster_results[round];
     uint64_t* arrivals = &scratch.cluster_arrivals[round];
     if (threadIdx.x == 0) hopper::ArriveExpectingBytes(arrivals, blocks * sizeof(V));
-    if (threadIdx.x < blocks) hopper::StoreToBlock(&results[lane >> block_log2], v, arrivals, threadIdx.x);
+    const unsigned rank = lane >> block_log2;
+    if (threadIdx.x < blocks) hopper::StoreToBlock(&results[rank], v, arrivals, threadIdx.x);
     hopper::WaitBarrier(arrivals, parity);
     // Lane i takes rank (i mod blocks)'s result and a butterfly over each
     // group of `blocks` lanes combines them, in the same order in every warp.
@@ -231,7 +232,8 @@ template <typename T, int kPack, int kChunk>
 class NextRow {
  public:
   using Chunk = RowChunk<T, kPack, kChunk>;
-  static_assert(sizeof(typename Chunk::StoredPack::MemoryPack) == 16, "bulk copies of 16-byte packs");
+  static_assert(sizeof(typename Chunk::StoredPack::MemoryPack) == 16,
+                "bulk copies of 16-byte packs");
 
   // `stripe`: kChunk * blockDim.x packs; `arrival`: a barrier in shared
   // memory. Every thread of the block constructs it.
