@@ -43,6 +43,12 @@ struct alignas(sizeof(T) * kPack) Pack {
 template <typename T>
 constexpr int kPack128 = 16 / sizeof(T);
 
+// A compile-time int as an argument, for choosing a kernel template's instance.
+template <int N>
+struct IntTag {
+  static constexpr int value = N;
+};
+
 inline bool IsAligned(const void* ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
@@ -252,6 +258,29 @@ __device__ __forceinline__ void ForBlockTile(int64_t count, Load load, Store sto
 #pragma unroll
   for (int k = 0; k < kUnroll; ++k)
     if (start + k * blockDim.x < count) store(start + k * blockDim.x, items[k]);
+}
+
+constexpr int kTileThreads = 256;
+
+// Launches select_kernel(IntTag<pack>)(args...) for an elementwise op over
+// `count` elements of T, one tile of kTileThreads threads x kUnroll packs a
+// block (ForBlockTile): in 16-byte packs where `aligned` (every pointer the
+// kernel touches 16-byte aligned), else one element at a time. `op` names
+// the op in errors.
+template <typename T, int kUnroll, typename SelectKernel, typename... Args>
+ffi::Error LaunchTiles(const char* op, cudaStream_t stream, int64_t count, bool aligned,
+                       SelectKernel select_kernel, Args... args) {
+  constexpr int kPack = kPack128<T>;
+  const auto blocks = TileBlocks<kUnroll>(aligned ? count / kPack : count, kTileThreads, op);
+  if (!blocks.has_value()) return blocks.error();
+  if (aligned) {
+    select_kernel(IntTag<kPack>{})<<<*blocks, kTileThreads, 0, stream>>>(args...);
+  } else {
+    select_kernel(IntTag<1>{})<<<*blocks, kTileThreads, 0, stream>>>(args...);
+  }
+  const cudaError_t status = cudaGetLastError();
+  if (status == cudaSuccess) return ffi::Error::Success();
+  return CheckCuda(status, (std::string("launching ") + op).c_str());
 }
 
 }  // namespace jax_camp

@@ -299,11 +299,6 @@ __host__ __device__ constexpr int ChunkPacks(int chunk_elements, int pack) {
   return pack == 1 ? chunk_elements / 4 : chunk_elements / pack;
 }
 
-template <int N>
-struct IntTag {
-  static constexpr int value = N;
-};
-
 // A row kernel's launch limits: the most values a thread holds
 // (kMaxChunkElements), the most threads a block (kMaxThreads, the kernel's
 // __launch_bounds__), the lanes a row it prefers (kTeamLanes; see RowLanes),

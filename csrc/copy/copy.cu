@@ -6,22 +6,6 @@
 namespace jax_camp::copy {
 namespace {
 
-constexpr int kThreads = 256;
-
-template <typename T>
-ffi::Error Launch(cudaStream_t stream, const T* x, T* y, int64_t n) {
-  constexpr int kPack = kPack128<T>;
-  const bool vectorized = IsAligned(x, 16) && IsAligned(y, 16);
-  const auto blocks = TileBlocks<kUnroll>(vectorized ? n / kPack : n, kThreads, "copy");
-  if (!blocks.has_value()) return blocks.error();
-  if (vectorized) {
-    CopyKernel<T, kPack><<<*blocks, kThreads, 0, stream>>>(x, y, n);
-  } else {
-    CopyKernel<T, 1><<<*blocks, kThreads, 0, stream>>>(x, y, n);
-  }
-  return CheckCuda(cudaGetLastError(), "launching copy");
-}
-
 ffi::Error CopyCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y) {
   JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("copy", x, {&*y}));
   JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("copy", x, *y));
@@ -29,8 +13,11 @@ ffi::Error CopyCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyB
   if (n == 0) return ffi::Error::Success();
   return DispatchFloat<DeviceTypes>(x.element_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return Launch<T>(stream, static_cast<const T*>(x.untyped_data()),
-                     static_cast<T*>(y->untyped_data()), n);
+    const T* in = static_cast<const T*>(x.untyped_data());
+    T* out = static_cast<T*>(y->untyped_data());
+    return LaunchTiles<T, kUnroll>(
+        "copy", stream, n, IsAligned(in, 16) && IsAligned(out, 16),
+        [](auto pack) { return CopyKernel<T, decltype(pack)::value>; }, in, out, n);
   });
 }
 

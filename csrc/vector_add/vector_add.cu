@@ -7,22 +7,6 @@
 namespace jax_camp::vector_add {
 namespace {
 
-constexpr int kThreads = 256;
-
-template <typename T>
-ffi::Error Launch(cudaStream_t stream, const T* x, const T* y, T* out, int64_t n) {
-  constexpr int kPack = kPack128<T>;
-  const bool vectorized = IsAligned(x, 16) && IsAligned(y, 16) && IsAligned(out, 16);
-  const auto blocks = TileBlocks<kUnroll>(vectorized ? n / kPack : n, kThreads, "vector_add");
-  if (!blocks.has_value()) return blocks.error();
-  if (vectorized) {
-    VectorAddKernel<T, kPack><<<*blocks, kThreads, 0, stream>>>(x, y, out, n);
-  } else {
-    VectorAddKernel<T, 1><<<*blocks, kThreads, 0, stream>>>(x, y, out, n);
-  }
-  return CheckCuda(cudaGetLastError(), "launching vector_add");
-}
-
 ffi::Error VectorAddCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y,
                          ffi::Result<ffi::AnyBuffer> out) {
   JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("vector_add", x, {&y, &*out}));
@@ -32,9 +16,12 @@ ffi::Error VectorAddCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y
   if (n == 0) return ffi::Error::Success();
   return DispatchFloat<DeviceTypes>(x.element_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
-    return Launch<T>(stream, static_cast<const T*>(x.untyped_data()),
-                     static_cast<const T*>(y.untyped_data()),
-                     static_cast<T*>(out->untyped_data()), n);
+    const T* lhs = static_cast<const T*>(x.untyped_data());
+    const T* rhs = static_cast<const T*>(y.untyped_data());
+    T* sum = static_cast<T*>(out->untyped_data());
+    return LaunchTiles<T, kUnroll>(
+        "vector_add", stream, n, IsAligned(lhs, 16) && IsAligned(rhs, 16) && IsAligned(sum, 16),
+        [](auto pack) { return VectorAddKernel<T, decltype(pack)::value>; }, lhs, rhs, sum, n);
   });
 }
 
