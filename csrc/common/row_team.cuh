@@ -31,13 +31,14 @@ constexpr int kMaxClusterBlocks = 16;
 constexpr int kMaxPortableClusterBlocks = 8;
 
 // The shared memory a row kernel declares for RowTeam::Reduce over values of
-// type V: one per warp; and for a cluster team's reductions, used in turn,
-// every block's result (pushed there by each block of the team) and the
-// barrier that counts them in.
+// type V, in two rounds used in turn (see BlockReduce, ClusterReduce): one
+// per warp; and for a cluster team's reductions, every block's result
+// (pushed there by each block of the team) and the barrier that counts them
+// in.
 template <typename V>
 struct RowScratch {
   static constexpr int kMaxWarps = 32;
-  V warps[kMaxWarps];
+  V warps[2][kMaxWarps];
   alignas(8) V cluster_results[2][kMaxClusterBlocks];
   uint64_t cluster_arrivals[2];
 };
@@ -69,6 +70,7 @@ struct RowTeam {
   int64_t first_row;
   int64_t row_stride;
   int lanes_log2;
+  int block_reductions = 0;
   int cluster_reductions = 0;
 
   // A team of up to a block's threads, or of team_lanes / blockDim.x blocks
@@ -124,7 +126,7 @@ struct RowTeam {
   template <bool kClusters, typename V, typename Op>
   __device__ V Reduce(V v, Op op, RowScratch<V>& scratch) {
     if (lanes <= 32) return WarpReduce(v, op, lanes);
-    v = BlockReduce(v, op, scratch.warps);
+    v = BlockReduce(v, op, scratch.warps[block_reductions++ & 1]);
     if (!kClusters || lanes <= blockDim.x) return v;
     return ClusterReduce(v, op, scratch);
   }
@@ -151,7 +153,8 @@ struct RowTeam {
   // stall samples at 1024x262144 (ncu). Two rounds used in turn are enough: a
   // block pushes into a round again only after it has every block's result
   // of the round between, which each block pushed only after its threads had
-  // all read that round's results (BlockReduce's barrier).
+  // all read that round's results (they reach the barrier of the block's
+  // BlockReduce for the round between after those reads).
   template <typename V, typename Op>
   __device__ V ClusterReduce(V v, Op op, RowScratch<V>& scratch) {
 #if __CUDA_ARCH__ >= 900
@@ -176,33 +179,35 @@ struct RowTeam {
   }
 };
 
-// One thread's chunk of a row: kChunk packs, pack i being the row's pack
-// base + i * lanes + lane, so that a team's loads are contiguous.
+// One thread's chunk of a row: kChunk packs of the `count` packs from
+// `first` on (a whole row that the team holds, or a part of a streamed one),
+// pack i being pack i * lanes + lane of them, so that a team's loads are
+// contiguous. Offsets within a chunk are 32-bit (a chunk is at most lanes *
+// kChunk packs): 64-bit ones took twice the instructions a load.
 template <typename T, int kPack, int kChunk>
 struct RowChunk {
   using StoredPack = PackedBits<T, kPack>;
   StoredPack packs[kChunk];
 
-  __device__ __forceinline__ void Load(const T* row, int64_t num_packs, int64_t base,
-                                       const RowTeam& team) {
-    const auto* row_packs = reinterpret_cast<const typename StoredPack::MemoryPack*>(row);
+  __device__ __forceinline__ void Load(const T* first, int count, const RowTeam& team) {
+    const auto* first_packs = reinterpret_cast<const typename StoredPack::MemoryPack*>(first);
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
-      const int64_t p = base + int64_t{i} * team.lanes + team.lane;
+      const int p = i * team.lanes + team.lane;
       // Clamped rather than skipped: a predicated-off load keeps the chunk in
       // registers, where a branch around it sent 16-bit chunks to the stack.
-      packs[i].Load(row_packs + (p < num_packs ? p : 0));
+      packs[i].Load(first_packs + (p < count ? p : 0));
     }
   }
 
-  // visit(i, column, values) for each loaded pack i, values in float32.
+  // visit(i, column, values) for each loaded pack i below `count`: its first
+  // column counted from `first`, its values in float32.
   template <typename Visit>
-  __device__ __forceinline__ void ForEach(int64_t num_packs, int64_t base, const RowTeam& team,
-                                          Visit visit) const {
+  __device__ __forceinline__ void ForEach(int count, const RowTeam& team, Visit visit) const {
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
-      const int64_t p = base + int64_t{i} * team.lanes + team.lane;
-      if (p < num_packs) {
+      const int p = i * team.lanes + team.lane;
+      if (p < count) {
         float values[kPack];
 #pragma unroll
         for (int k = 0; k < kPack; ++k) values[k] = packs[i].Get(k);
@@ -218,6 +223,15 @@ struct RowChunk {
     packs[i].Set(values);
   }
 };
+
+// f(first, count) for the chunks of a row of `packs` packs that a team
+// streams through chunks of `chunk_packs`: `first` the chunk's offset in
+// packs, `count` its packs.
+template <typename F>
+__device__ __forceinline__ void ForEachChunkOf(int64_t packs, int chunk_packs, F f) {
+  for (int64_t first = 0; first < packs; first += chunk_packs)
+    f(first, static_cast<int>(packs - first < chunk_packs ? packs - first : chunk_packs));
+}
 
 // A block's share of its team's next row, loaded into shared memory while
 // the team works on the row it holds (a row held whole, 16-byte packs). The
@@ -244,12 +258,12 @@ class NextRow {
 
   // Starts loading this block's share of `row` (num_packs packs). Thread 0
   // does it all; every thread may call it.
-  __device__ void Load(const T* row, int64_t num_packs, const RowTeam& team) {
+  __device__ void Load(const T* row, int num_packs, const RowTeam& team) {
     if (threadIdx.x != 0) return;
     const auto* row_packs = reinterpret_cast<const uint4*>(row);
     // Thread 0's lane is the block's first in the team.
     auto run_packs = [&](int i) {
-      const int64_t left = num_packs - (int64_t{i} * team.lanes + team.lane);
+      const int left = num_packs - (i * team.lanes + team.lane);
       return static_cast<unsigned>(left <= 0 ? 0 : left < blockDim.x ? left : blockDim.x);
     };
     unsigned bytes = 0;
@@ -261,7 +275,7 @@ class NextRow {
     for (int i = 0; i < kChunk; ++i) {
       const unsigned packs = run_packs(i);
       if (packs > 0)
-        hopper::BulkLoad(stripe_ + i * blockDim.x, row_packs + int64_t{i} * team.lanes + team.lane,
+        hopper::BulkLoad(stripe_ + i * blockDim.x, row_packs + i * team.lanes + team.lane,
                          packs * 16, arrival_);
     }
   }

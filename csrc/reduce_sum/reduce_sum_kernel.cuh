@@ -31,21 +31,19 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads)
   RowTeam team(lanes);
   team.Begin<Policy<T>::kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
-  const int64_t chunk_packs = int64_t{lanes} * kChunk;
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
-    const int64_t packs = valid ? num_packs : 0;
     const T* x_row = x + (valid ? row : 0) * cols;
     float partial = 0.f;
-    for (int64_t base = 0; base < packs; base += chunk_packs) {
+    ForEachChunkOf(valid ? num_packs : 0, lanes * kChunk, [&](int64_t first, int count) {
       RowChunk<T, kPack, kChunk> chunk;
-      chunk.Load(x_row, packs, base, team);
-      chunk.ForEach(packs, base, team, [&](int, int64_t, const float(&v)[kPack]) {
+      chunk.Load(x_row + first * kPack, count, team);
+      chunk.ForEach(count, team, [&](int, int, const float(&v)[kPack]) {
 #pragma unroll
         for (int k = 0; k < kPack; ++k) partial += v[k];
       });
-    }
+    });
     const float total = team.Reduce<Policy<T>::kClusters>(partial, SumOp{}, scratch);
     if (valid && team.lane == 0) out[row] = FromFloat<T>(total);
   }

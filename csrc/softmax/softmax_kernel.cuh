@@ -92,12 +92,12 @@ struct MaxSumOp {
 // One row held whole in the team's registers, loaded into `chunk`.
 template <typename T, int kPack, int kChunk, bool kClusters>
 __device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chunk, T* y,
-                                                 int64_t packs, RowTeam& team,
+                                                 int packs, RowTeam& team,
                                                  RowScratch<MaxSum>& scratch) {
   // fmaxf drops NaNs, one instruction where MaxPropagateNan takes four: a
   // NaN still reaches every output of its row, through the sum of exps.
   float thread_max = -INFINITY;
-  chunk.ForEach(packs, 0, team, [&](int, int64_t, const float(&v)[kPack]) {
+  chunk.ForEach(packs, team, [&](int, int, const float(&v)[kPack]) {
 #pragma unroll
     for (int k = 0; k < kPack; ++k) thread_max = fmaxf(thread_max, v[k]);
   });
@@ -110,7 +110,7 @@ __device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chu
   // to T too).
   const float shift = thread_max == -INFINITY ? 0.f : thread_max;
   float thread_sum = 0.f;
-  chunk.ForEach(packs, 0, team, [&](int i, int64_t, const float(&v)[kPack]) {
+  chunk.ForEach(packs, team, [&](int i, int, const float(&v)[kPack]) {
     float exps[kPack];
 #pragma unroll
     for (int k = 0; k < kPack; ++k) {
@@ -123,7 +123,7 @@ __device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chu
       team.Reduce<kClusters>(MaxSum{thread_max, thread_sum}, MaxSumOp{}, scratch);
   // A row of -inf comes out NaN (0 / 0), as in jax.nn.softmax.
   const float scale = RescaleFactor(thread_max, row.max) / row.sum;
-  chunk.ForEach(packs, 0, team, [&](int, int64_t col, const float(&e)[kPack]) {
+  chunk.ForEach(packs, team, [&](int, int col, const float(&e)[kPack]) {
     float out[kPack];
 #pragma unroll
     for (int k = 0; k < kPack; ++k) out[k] = e[k] * scale;
@@ -137,13 +137,13 @@ template <typename T, int kPack, int kChunk>
 __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t packs,
                                                    RowTeam& team,
                                                    RowScratch<MaxSum>& scratch) {
-  const int64_t chunk_packs = int64_t{team.lanes} * kChunk;
+  const int chunk_packs = team.lanes * kChunk;
   RowChunk<T, kPack, kChunk> chunk;
   float thread_max = -INFINITY;
   float thread_sum = 0.f;
-  for (int64_t base = 0; base < packs; base += chunk_packs) {
-    chunk.Load(x, packs, base, team);
-    chunk.ForEach(packs, base, team, [&](int, int64_t, const float(&v)[kPack]) {
+  ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
+    chunk.Load(x + first * kPack, count, team);
+    chunk.ForEach(count, team, [&](int, int, const float(&v)[kPack]) {
       float pack_max = v[0];
 #pragma unroll
       for (int k = 1; k < kPack; ++k) pack_max = MaxPropagateNan(pack_max, v[k]);
@@ -153,18 +153,18 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
       for (int k = 0; k < kPack; ++k) thread_sum += ShiftedExp(v[k], new_max);
       thread_max = new_max;
     });
-  }
+  });
   const MaxSum row = team.Reduce<false>(MaxSum{thread_max, thread_sum}, MaxSumOp{}, scratch);
   const float inv_sum = 1.f / row.sum;
-  for (int64_t base = 0; base < packs; base += chunk_packs) {
-    chunk.Load(x, packs, base, team);
-    chunk.ForEach(packs, base, team, [&](int, int64_t col, const float(&v)[kPack]) {
+  ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
+    chunk.Load(x + first * kPack, count, team);
+    chunk.ForEach(count, team, [&](int, int col, const float(&v)[kPack]) {
       float out[kPack];
 #pragma unroll
       for (int k = 0; k < kPack; ++k) out[k] = Exp(v[k] - row.max) * inv_sum;
-      StorePack(y + col, out);
+      StorePack(y + first * kPack + col, out);
     });
-  }
+  });
 }
 
 // Blocks an SM that a forward kernel's registers must leave room for. A
@@ -184,17 +184,14 @@ constexpr int kForwardMinBlocks =
 // Shared memory a thread (0: none) that a forward kernel prefetches its
 // team's next row into while it works on the row it holds (NextRow), where
 // the launcher lets it (PrefetchSharedBytes): otherwise, between a row's
-// last load and its first store, an SM would have nothing to load. Float32
-// 1024x262144 ran 570 us prefetching by bulk copies (618 by per-thread
-// cp.async, 634 not prefetching). Not 16-bit types, whose chunks (128 bytes
-// a thread) fit in 64 registers so that two blocks share an SM: prefetching,
-// bfloat16 1024x262144 ran 309 us against 324, but its kernel spilled
-// (docs/performance_notes.md, v8).
+// last load and its first store, an SM would have nothing to load. At
+// 1024x262144, float32 ran 570 us prefetching by bulk copies (618 by
+// per-thread cp.async, 634 not prefetching); bfloat16 287 against 323, once
+// 32-bit offsets in a chunk let its kernel prefetch within the 64 registers
+// of two blocks an SM without spilling (docs/performance_notes.md, v8, v9).
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kForwardPrefetchBytes =
-    kLayout == RowLayout::kHeldInCluster && kPack > 1 && sizeof(T) * kPack * kChunk > 128
-        ? sizeof(T) * kPack * kChunk
-        : 0;
+    kLayout == RowLayout::kHeldInCluster && kPack > 1 ? sizeof(T) * kPack * kChunk : 0;
 
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
 __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
@@ -206,6 +203,8 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
   RowTeam team(lanes);
   team.Begin<kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
+  // Rows held in registers are at most lanes * kChunk packs.
+  const int held_packs = static_cast<int>(num_packs);
   if constexpr (kForwardPrefetchBytes<T, kPack, kChunk, kLayout> > 0) {
     if (HasDynamicSharedMemory()) {
       // One row a team (a cluster), every row in full.
@@ -213,13 +212,13 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
       __shared__ uint64_t next_row_arrival;
       NextRow<T, kPack, kChunk> next_row(next_row_stripe, &next_row_arrival);
       int64_t row = team.first_row;
-      if (row < rows) next_row.Load(x + row * cols, num_packs, team);
+      if (row < rows) next_row.Load(x + row * cols, held_packs, team);
       for (; row < rows; row += team.row_stride) {
         RowChunk<T, kPack, kChunk> chunk;
         next_row.TakeInto(chunk);
         const int64_t following = row + team.row_stride;
-        if (following < rows) next_row.Load(x + following * cols, num_packs, team);
-        SoftmaxOfHeldRow<T, kPack, kChunk, kClusters>(chunk, y + row * cols, num_packs, team,
+        if (following < rows) next_row.Load(x + following * cols, held_packs, team);
+        SoftmaxOfHeldRow<T, kPack, kChunk, kClusters>(chunk, y + row * cols, held_packs, team,
                                                       scratch);
       }
       team.Finish<kClusters>();
@@ -229,13 +228,14 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
-    const int64_t packs = valid ? num_packs : 0;
     const int64_t offset = (valid ? row : 0) * cols;
     if constexpr (kLayout == RowLayout::kStreamed) {
-      SoftmaxRowStreamed<T, kPack, kChunk>(x + offset, y + offset, packs, team, scratch);
+      SoftmaxRowStreamed<T, kPack, kChunk>(x + offset, y + offset, valid ? num_packs : 0, team,
+                                           scratch);
     } else {
+      const int packs = valid ? held_packs : 0;
       RowChunk<T, kPack, kChunk> chunk;
-      chunk.Load(x + offset, packs, 0, team);
+      chunk.Load(x + offset, packs, team);
       SoftmaxOfHeldRow<T, kPack, kChunk, kClusters>(chunk, y + offset, packs, team, scratch);
     }
   }
@@ -262,14 +262,13 @@ template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kBackwardPrefetchBytes =
     kLayout == RowLayout::kHeldInCluster && kPack > 1 ? 2 * sizeof(T) * kPack * kChunk : 0;
 
-// The backward's two passes over the packs of a row at `base` that the
-// chunks hold: this thread's share of sum(g * y), and dx's packs.
+// The backward's two passes over the `count` packs that the chunks hold:
+// this thread's share of sum(g * y), and dx's packs (dx at the chunks' first).
 template <typename T, int kPack, int kChunk>
 __device__ __forceinline__ void AddDot(const RowChunk<T, kPack, kChunk>& y_chunk,
-                                       const RowChunk<T, kPack, kChunk>& g_chunk,
-                                       int64_t packs, int64_t base, const RowTeam& team,
-                                       float& thread_dot) {
-  y_chunk.ForEach(packs, base, team, [&](int i, int64_t, const float(&yv)[kPack]) {
+                                       const RowChunk<T, kPack, kChunk>& g_chunk, int count,
+                                       const RowTeam& team, float& thread_dot) {
+  y_chunk.ForEach(count, team, [&](int i, int, const float(&yv)[kPack]) {
 #pragma unroll
     for (int k = 0; k < kPack; ++k) thread_dot += g_chunk.Value(i, k) * yv[k];
   });
@@ -278,9 +277,8 @@ __device__ __forceinline__ void AddDot(const RowChunk<T, kPack, kChunk>& y_chunk
 template <typename T, int kPack, int kChunk>
 __device__ __forceinline__ void StoreGrad(const RowChunk<T, kPack, kChunk>& y_chunk,
                                           const RowChunk<T, kPack, kChunk>& g_chunk, float dot,
-                                          T* dx, int64_t packs, int64_t base,
-                                          const RowTeam& team) {
-  y_chunk.ForEach(packs, base, team, [&](int i, int64_t col, const float(&yv)[kPack]) {
+                                          T* dx, int count, const RowTeam& team) {
+  y_chunk.ForEach(count, team, [&](int i, int col, const float(&yv)[kPack]) {
     float out[kPack];
 #pragma unroll
     for (int k = 0; k < kPack; ++k) out[k] = yv[k] * (g_chunk.Value(i, k) - dot);
@@ -297,6 +295,7 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
   RowTeam team(lanes);
   team.Begin<kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
+  const int held_packs = static_cast<int>(num_packs);  // as the forward's
   if constexpr (kBackwardPrefetchBytes<T, kPack, kChunk, kLayout> > 0) {
     if (HasDynamicSharedMemory()) {
       // One row a team (a cluster), every row in full, as the forward.
@@ -307,8 +306,8 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
                                        &next_row_arrivals[1]);
       int64_t row = team.first_row;
       if (row < rows) {
-        next_y.Load(y + row * cols, num_packs, team);
-        next_g.Load(g + row * cols, num_packs, team);
+        next_y.Load(y + row * cols, held_packs, team);
+        next_g.Load(g + row * cols, held_packs, team);
       }
       for (; row < rows; row += team.row_stride) {
         RowChunk<T, kPack, kChunk> y_chunk;
@@ -317,19 +316,19 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
         next_g.TakeInto(g_chunk);
         const int64_t following = row + team.row_stride;
         if (following < rows) {
-          next_y.Load(y + following * cols, num_packs, team);
-          next_g.Load(g + following * cols, num_packs, team);
+          next_y.Load(y + following * cols, held_packs, team);
+          next_g.Load(g + following * cols, held_packs, team);
         }
         float thread_dot = 0.f;
-        AddDot(y_chunk, g_chunk, num_packs, 0, team, thread_dot);
+        AddDot(y_chunk, g_chunk, held_packs, team, thread_dot);
         const float dot = team.Reduce<kClusters>(thread_dot, SumOp{}, scratch);
-        StoreGrad(y_chunk, g_chunk, dot, dx + row * cols, num_packs, 0, team);
+        StoreGrad(y_chunk, g_chunk, dot, dx + row * cols, held_packs, team);
       }
       team.Finish<kClusters>();
       return;
     }
   }
-  const int64_t chunk_packs = int64_t{lanes} * kChunk;
+  const int chunk_packs = lanes * kChunk;
   const bool row_in_registers = num_packs <= chunk_packs;
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
     const int64_t row = team.RowIn(group);
@@ -339,19 +338,19 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
     RowChunk<T, kPack, kChunk> y_chunk;
     RowChunk<T, kPack, kChunk> g_chunk;
     float thread_dot = 0.f;
-    for (int64_t base = 0; base < packs; base += chunk_packs) {
-      y_chunk.Load(y + offset, packs, base, team);
-      g_chunk.Load(g + offset, packs, base, team);
-      AddDot(y_chunk, g_chunk, packs, base, team, thread_dot);
-    }
+    ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
+      y_chunk.Load(y + offset + first * kPack, count, team);
+      g_chunk.Load(g + offset + first * kPack, count, team);
+      AddDot(y_chunk, g_chunk, count, team, thread_dot);
+    });
     const float dot = team.Reduce<kClusters>(thread_dot, SumOp{}, scratch);
-    for (int64_t base = 0; base < packs; base += chunk_packs) {
+    ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
       if (!row_in_registers) {
-        y_chunk.Load(y + offset, packs, base, team);
-        g_chunk.Load(g + offset, packs, base, team);
+        y_chunk.Load(y + offset + first * kPack, count, team);
+        g_chunk.Load(g + offset + first * kPack, count, team);
       }
-      StoreGrad(y_chunk, g_chunk, dot, dx + offset, packs, base, team);
-    }
+      StoreGrad(y_chunk, g_chunk, dot, dx + offset + first * kPack, count, team);
+    });
   }
   team.Finish<kClusters>();
 }
