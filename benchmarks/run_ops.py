@@ -73,11 +73,12 @@ class Settings:
     cache_bytes: int  # last-level cache the rotation must defeat
     max_sets: int  # most rotating input sets in one executable
     ceiling_bytes: int  # array size of the copy-ceiling measurement
+    device_time: str = "off"  # profiler kernel time for "l2" (resident) cases, "all", or "off"
 
 
 # 20 ms of work an executable: its launch and first trip cost tens of
 # microseconds, which at 2 ms (16 calls of a 130 us op) came to 6-9 us a call.
-GPU_SETTINGS = Settings(5, 20e-3, 8e-3, 60 * MIB, 16, 2 * GIB)
+GPU_SETTINGS = Settings(5, 20e-3, 8e-3, 60 * MIB, 16, 2 * GIB, "l2")
 CPU_SETTINGS = Settings(3, 2e-3, 5e-3, 32 * MIB, 2, 32 * MIB)
 
 
@@ -473,6 +474,8 @@ class Timing:
     calls_per_sample: int
     loop: LoopReport
     compile_s: float
+    device_s: float | None = None  # the op's kernel time a call, from a profiler trace
+    device_note: str | None = None  # why there is none, where one was asked for
 
     @property
     def median_s(self) -> float:
@@ -481,8 +484,9 @@ class Timing:
 
 def _run_samples(
     compiled: Callable, state: tuple, scale: jax.Array, settings: Settings
-) -> tuple[list[float], int]:
-    """Seconds per executable call: pipelined calls, then one wait, repeated."""
+) -> tuple[list[float], int, tuple]:
+    """Seconds per executable call: pipelined calls, then one wait, repeated;
+    and the loop's state after them (its inputs are donated)."""
     sets, outs = compiled(*state, scale)  # warm-up
     jax.block_until_ready(outs)
     started = time.perf_counter()
@@ -497,7 +501,7 @@ def _run_samples(
             sets, outs = compiled(sets, outs, scale)
         jax.block_until_ready(outs)
         samples.append((time.perf_counter() - started) / calls)
-    return samples, calls
+    return samples, calls, (sets, outs)
 
 
 # Calls a loop trip, at least: each trip of an XLA:GPU loop pays a host round
@@ -546,6 +550,7 @@ class Timer:
         self.floor_s = floor_s
         self.seed = seed
         self._scaffold_cache: dict[tuple, float] = {}
+        self._scaffold_device_cache: dict[tuple, float] = {}
 
     def compile_loop(self, op: str, backend: str, shape: Shape, dtype_name: str) -> tuple:
         """One case's loop executable: (compiled, plan, sets, outs, scale, compile seconds)."""
@@ -566,11 +571,20 @@ class Timer:
         loop = inspect_loop(compiled.as_text(), op, backend, plan)
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=".*donated buffers.*")
-            samples, calls = _run_samples(compiled, (sets, outs), scale, self.settings)
+            samples, calls, state = _run_samples(compiled, (sets, outs), scale, self.settings)
         raw = [s / plan.calls for s in samples]
         scaffold = self._scaffold(shape, dtype_name, plan)
         net = [max(r - scaffold, 0.0) for r in raw]
-        return Timing(net, raw, scaffold, plan, calls, loop, compile_s)
+        timing = Timing(net, raw, scaffold, plan, calls, loop, compile_s)
+        itemsize = jnp.dtype(DTYPES[dtype_name]).itemsize
+        resident = bytes_moved(op, shape, itemsize) * plan.n_sets < 2 * self.settings.cache_bytes
+        if self.settings.device_time == "all" or (self.settings.device_time == "l2" and resident):
+            try:
+                busy = _device_busy_per_call(compiled, state, scale, plan)
+                timing.device_s = max(busy - self._scaffold_device(shape, dtype_name, plan), 0.0)
+            except Exception as error:  # noqa: BLE001 - a missing trace must not end the run
+                timing.device_note = f"{type(error).__name__}: {error}"[:200]
+        return timing
 
     def _scaffold(self, shape: Shape, dtype_name: str, like: LoopPlan) -> float:
         """Seconds per call of the link alone, in the same loop shape.
@@ -582,17 +596,32 @@ class Timer:
         """
         key = (shape.dims, dtype_name, like.n_sets, like.calls_per_trip, like.fused_link)
         if key not in self._scaffold_cache:
-            dtype = DTYPES[dtype_name]
-            plan = like  # the first op's loop shape; the result is per call
-            sets = make_sets("scaffold", shape, dtype, plan, self.seed)
-            outs = initial_outputs("scaffold", "xla", plan, sets)
-            scale = jnp.ones((), dtype)
+            compiled, state, scale = self._scaffold_program(shape, dtype_name, like)
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message=".*donated buffers.*")
-                compiled = build_program("scaffold", "xla", plan).lower(sets, outs, scale).compile()
-                samples, _ = _run_samples(compiled, (sets, outs), scale, self.settings)
-            self._scaffold_cache[key] = statistics.median(samples) / plan.calls
+                samples, _, _ = _run_samples(compiled, state, scale, self.settings)
+            self._scaffold_cache[key] = statistics.median(samples) / like.calls
         return self._scaffold_cache[key]
+
+    def _scaffold_device(self, shape: Shape, dtype_name: str, like: LoopPlan) -> float:
+        """Device seconds per call of the link alone (kernels and the loop's
+        copies of its predicate), from a profiler trace, in the same loop shape."""
+        key = (shape.dims, dtype_name, like.n_sets, like.calls_per_trip, like.fused_link)
+        if key not in self._scaffold_device_cache:
+            compiled, state, scale = self._scaffold_program(shape, dtype_name, like)
+            self._scaffold_device_cache[key] = _device_busy_per_call(compiled, state, scale, like)
+        return self._scaffold_device_cache[key]
+
+    def _scaffold_program(self, shape: Shape, dtype_name: str, plan: LoopPlan) -> tuple:
+        """The link alone in `plan`'s loop shape (the first op's; results are per call)."""
+        dtype = DTYPES[dtype_name]
+        sets = make_sets("scaffold", shape, dtype, plan, self.seed)
+        outs = initial_outputs("scaffold", "xla", plan, sets)
+        scale = jnp.ones((), dtype)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*donated buffers.*")
+            compiled = build_program("scaffold", "xla", plan).lower(sets, outs, scale).compile()
+        return compiled, (sets, outs), scale
 
     def time_pipelined(self, op: str, backend: str, shape: Shape, dtype_name: str) -> Timing:
         """The baseline's method: K top-level calls back to back, one wait, divided by K."""
@@ -720,6 +749,60 @@ def measure_ceiling(timer: Timer, is_gpu: bool, use_torch: bool) -> dict[str, An
             "bytes_per_pass": moved, "torch": torch_info}
 
 
+def gpu_stream_events(events: list[dict]) -> list[dict]:
+    """The complete events on a GPU's streams in a profiler trace: its kernels and copies."""
+    gpu_pids = {
+        e["pid"] for e in events
+        if e.get("ph") == "M" and e.get("name") == "process_name"
+        and re.search(r"/device:GPU|GPU:0", str(e.get("args", {}).get("name", "")))
+    }
+    stream_tids = {
+        (e["pid"], e["tid"]) for e in events
+        if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("pid") in gpu_pids
+        and "stream" in str(e.get("args", {}).get("name", "")).lower()
+    }
+    return [e for e in events if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in stream_tids]
+
+
+def trace_gpu_events(run: Callable[[], Any]) -> tuple[list[dict], float]:
+    """run() (which waits for its work) under jax.profiler: its GPU stream events and wall seconds."""
+    with tempfile.TemporaryDirectory() as log_dir:
+        with jax.profiler.trace(log_dir, create_perfetto_trace=True):
+            started = time.perf_counter()
+            run()
+            wall = time.perf_counter() - started
+        traces = list(Path(log_dir).rglob("*.trace.json.gz")) + list(Path(log_dir).rglob("perfetto_trace.json.gz"))
+        if not traces:
+            raise RuntimeError("the profiler wrote no trace.json.gz")
+        with gzip.open(traces[0], "rt") as handle:
+            trace = json.load(handle)
+    events = gpu_stream_events(trace["traceEvents"] if isinstance(trace, dict) else trace)
+    if not events:
+        raise RuntimeError("no GPU stream events in the trace")
+    return events, wall
+
+
+def busy_seconds(events: list[dict]) -> float:
+    return sum(float(e.get("dur", 0)) for e in events) / 1e6
+
+
+def _traced_loop_run(compiled: Callable, state: tuple, scale: jax.Array) -> tuple[list[dict], float]:
+    """One warm-up run of a loop executable, then one traced (its inputs are donated)."""
+    sets, outs = compiled(*state, scale)
+    jax.block_until_ready(outs)
+
+    def run() -> None:
+        jax.block_until_ready(compiled(sets, outs, scale))
+
+    return trace_gpu_events(run)
+
+
+def _device_busy_per_call(compiled: Callable, state: tuple, scale: jax.Array, plan: LoopPlan) -> float:
+    """Seconds of GPU stream activity a call in one run of a loop executable."""
+    events, _ = _traced_loop_run(compiled, state, scale)
+    return busy_seconds(events) / plan.calls
+
+
 def profile_cross_check(timer: Timer, backend: str, op: str, shape: Shape, dtype_name: str) -> dict[str, Any]:
     """Device kernel time of one executable from a profiler trace, against the host-clock figure.
 
@@ -727,42 +810,15 @@ def profile_cross_check(timer: Timer, backend: str, op: str, shape: Shape, dtype
     """
     try:
         compiled, plan, sets, outs, scale, _ = timer.compile_loop(op, backend, shape, dtype_name)
-        sets, outs = compiled(sets, outs, scale)
-        jax.block_until_ready(outs)
-        with tempfile.TemporaryDirectory() as log_dir:
-            with jax.profiler.trace(log_dir, create_perfetto_trace=True):
-                started = time.perf_counter()
-                sets, outs = compiled(sets, outs, scale)
-                jax.block_until_ready(outs)
-                wall = time.perf_counter() - started
-            traces = list(Path(log_dir).rglob("*.trace.json.gz")) + list(Path(log_dir).rglob("perfetto_trace.json.gz"))
-            if not traces:
-                return {"available": False, "reason": "the profiler wrote no trace.json.gz"}
-            with gzip.open(traces[0], "rt") as handle:
-                trace = json.load(handle)
-        events = trace["traceEvents"] if isinstance(trace, dict) else trace
-        gpu_pids = {
-            e["pid"] for e in events
-            if e.get("ph") == "M" and e.get("name") == "process_name"
-            and re.search(r"/device:GPU|GPU:0", str(e.get("args", {}).get("name", "")))
-        }
-        stream_tids = {
-            (e["pid"], e["tid"]) for e in events
-            if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("pid") in gpu_pids
-            and "stream" in str(e.get("args", {}).get("name", "")).lower()
-        }
-        kernels = [e for e in events if e.get("ph") == "X" and (e.get("pid"), e.get("tid")) in stream_tids]
-        if not kernels:
-            return {"available": False, "reason": "no GPU stream events in the trace"}
+        kernels, wall = _traced_loop_run(compiled, (sets, outs), scale)
         counts: dict[str, int] = {}
         for e in kernels:
             counts[e["name"]] = counts.get(e["name"], 0) + 1
-        busy_s = sum(float(e.get("dur", 0)) for e in kernels) / 1e6
         top = sorted(counts.items(), key=lambda kv: -kv[1])[:6]
         return {
             "available": True, "op": op, "backend": backend, "shape": shape.label, "dtype": dtype_name,
             "calls_in_executable": plan.calls, "expected_kernel_launches": plan.calls * kernels_per_call(op),
-            "kernel_busy_us_per_call": busy_s / plan.calls * 1e6,
+            "kernel_busy_us_per_call": busy_seconds(kernels) / plan.calls * 1e6,
             "wall_us_per_call_traced": wall / plan.calls * 1e6,
             "kernel_counts": dict(top),
         }
@@ -875,6 +931,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="in bench mode, do not time xla alongside the other backends")
     parser.add_argument("--no-torch", action="store_true", help="skip torch's copy/event cross-check")
     parser.add_argument("--no-profile-check", action="store_true", help="skip the profiler cross-check")
+    parser.add_argument("--device-time", choices=("l2", "all", "off"), default=None,
+                        help="the op's kernel time from a profiler trace: for L2-resident cases "
+                             "(the default on a GPU), all cases, or none (the default on a CPU)")
     parser.add_argument("--no-progress", action="store_true")
     return parser
 
@@ -897,7 +956,8 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def print_table(rows: list[Row]) -> None:
-    head = f"{'op':<13}{'shape':<12}{'dtype':<9}{'backend':<9}{'test':<14}{'us':>10}{'±%':>6}{'MB':>9}{'TB/s':>7}{'%ceil':>7}{'vs xla':>8}  note"
+    head = (f"{'op':<13}{'shape':<12}{'dtype':<9}{'backend':<9}{'test':<14}{'us':>10}{'±%':>6}{'MB':>9}"
+            f"{'TB/s':>7}{'%ceil':>7}{'vs xla':>8}{'dev us':>8}{'dev x':>7}  note")
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -912,10 +972,13 @@ def print_table(rows: list[Row]) -> None:
             notes.append("L2")
         if b and not b.get("loop_ok", True):
             notes.append("loop? " + b.get("loop_detail", ""))
+        if b.get("device_note"):
+            notes.append("dev? " + b["device_note"][:60])
         print(f"{r.op:<13}{r.shape:<12}{r.dtype:<9}{r.backend:<9}{test:<14}"
               f"{_fmt(b.get('median_us'), '.1f'):>10}{_fmt(b.get('spread_pct'), '.0f'):>6}"
               f"{r.bytes_moved / 1e6:>9.1f}{_fmt(b.get('tbps'), '.2f'):>7}{_fmt(b.get('pct_of_ceiling'), '.0f'):>7}"
-              f"{_fmt(b.get('speedup_vs_xla'), '.2f'):>8}  {' '.join(notes)}")
+              f"{_fmt(b.get('speedup_vs_xla'), '.2f'):>8}{_fmt(b.get('device_us'), '.2f'):>8}"
+              f"{_fmt(b.get('device_speedup_vs_xla'), '.2f'):>7}  {' '.join(notes)}")
 
 
 def geomean(values: Sequence[float]) -> float:
@@ -932,6 +995,8 @@ def summarize(rows: list[Row]) -> list[dict[str, Any]]:
         tested = [r for r in members if r.test]
         timed = [r for r in members if r.bench]
         speedups = [r.bench["speedup_vs_xla"] for r in timed if r.bench.get("speedup_vs_xla")]
+        device = [(r.bench["device_speedup_vs_xla"], r) for r in timed if r.bench.get("device_speedup_vs_xla")]
+        device_slowest = min(device, key=lambda t: t[0], default=None)
         slowest = min(timed, key=lambda r: r.bench.get("speedup_vs_xla") or math.inf, default=None)
         big = [r for r in timed if r.bytes_moved >= 256 * MIB]
         worst_big = min(big, key=lambda r: r.bench["pct_of_ceiling"], default=None)
@@ -942,6 +1007,11 @@ def summarize(rows: list[Row]) -> list[dict[str, Any]]:
             "geomean_speedup_vs_xla": geomean(speedups) if speedups else None,
             "min_speedup_vs_xla": slowest.bench.get("speedup_vs_xla") if slowest and speedups else None,
             "min_speedup_case": f"{slowest.shape} {slowest.dtype}" if slowest and speedups else None,
+            "device_speedups": len(device),
+            "geomean_device_speedup_vs_xla": geomean([d for d, _ in device]) if device else None,
+            "min_device_speedup_vs_xla": device_slowest[0] if device_slowest else None,
+            "min_device_speedup_case": f"{device_slowest[1].shape} {device_slowest[1].dtype}"
+            if device_slowest else None,
             "geomean_tbps": geomean([r.bench["tbps"] for r in timed]) if timed else None,
             "min_pct_ceiling_256mb": worst_big.bench["pct_of_ceiling"] if worst_big else None,
             "min_pct_ceiling_256mb_case": f"{worst_big.shape} {worst_big.dtype}" if worst_big else None,
@@ -955,7 +1025,8 @@ def print_summary(summary: list[dict[str, Any]], ceiling: dict[str, Any] | None,
     if ceiling:
         print(f"copy ceiling: {ceiling['tbps']:.3f} TB/s ({ceiling['best_method']})")
     print()
-    head = f"{'op':<13}{'backend':<9}{'tests':>8}{'err':>5}{'geo x':>7}{'min x':>7}  {'min x at':<20}{'geo TB/s':>9}{'min%c≥256MB':>12}"
+    head = (f"{'op':<13}{'backend':<9}{'tests':>8}{'err':>5}{'geo x':>7}{'min x':>7}  {'min x at':<20}"
+            f"{'geo TB/s':>9}{'min%c≥256MB':>12}{'min dev x':>10}  {'min dev x at':<20}")
     print(head)
     print("-" * len(head))
     for s in summary:
@@ -963,7 +1034,8 @@ def print_summary(summary: list[dict[str, Any]], ceiling: dict[str, Any] | None,
         print(f"{s['op']:<13}{s['backend']:<9}{tests:>8}{s['errors']:>5}"
               f"{_fmt(s['geomean_speedup_vs_xla'], '.2f'):>7}{_fmt(s['min_speedup_vs_xla'], '.2f'):>7}  "
               f"{(s['min_speedup_case'] or '-'):<20}{_fmt(s['geomean_tbps'], '.2f'):>9}"
-              f"{_fmt(s['min_pct_ceiling_256mb'], '.0f'):>12}")
+              f"{_fmt(s['min_pct_ceiling_256mb'], '.0f'):>12}{_fmt(s['min_device_speedup_vs_xla'], '.2f'):>10}"
+              f"  {(s['min_device_speedup_case'] or '-'):<20}")
 
 
 def draw_plot(path: str, rows: list[Row], ceiling_tbps: float | None, title: str) -> str | None:
@@ -1015,6 +1087,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = dataclasses.replace(settings, repeats=max(1, args.repeats))
     if args.ceiling_mb:
         settings = dataclasses.replace(settings, ceiling_bytes=args.ceiling_mb * MIB)
+    if args.device_time:
+        settings = dataclasses.replace(settings, device_time=args.device_time)
     seed = args.seed if args.seed is not None else int(time.time() * 1000) % (2**31)
     ops = list(OPS) if args.op == "all" else [args.op]
     dtype_names = (args.dtype or "float32,bfloat16").split(",")
@@ -1078,7 +1152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     for op, dtype_name, shape in cases:
         itemsize = jnp.dtype(DTYPES[dtype_name]).itemsize
-        xla_median, xla_loop_ok = None, True
+        xla_median, xla_device, xla_loop_ok = None, None, True
         for backend in case_backends:
             row = Row(op, shape.label, list(shape.dims), dtype_name, backend, bytes_moved(op, shape, itemsize))
             try:
@@ -1089,7 +1163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         op, backend, shape, dtype_name)
                     median = timing.median_s
                     if backend == "xla":
-                        xla_median, xla_loop_ok = median, timing.loop.ok
+                        xla_median, xla_device, xla_loop_ok = median, timing.device_s, timing.loop.ok
                     # A loop that did not compile as planned (XLA merging
                     # calls, copies) times something else: no ratio from it.
                     comparable = (xla_median and backend != "xla" and median > 0
@@ -1108,6 +1182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "pct_of_ceiling": (row.bytes_moved / median / 1e12) / ceiling["tbps"] * 100
                         if median > 0 else math.nan,
                         "speedup_vs_xla": xla_median / median if comparable else None,
+                        "device_us": timing.device_s * 1e6 if timing.device_s is not None else None,
+                        "device_speedup_vs_xla": xla_device / timing.device_s
+                        if comparable and xla_device and timing.device_s else None,
+                        "device_note": timing.device_note,
                         "scheme": timing.plan.scheme, "rotating_sets": timing.plan.n_sets,
                         "calls_per_executable": timing.plan.calls, "executables_per_sample": timing.calls_per_sample,
                         "l2_resident": footprint < 2 * settings.cache_bytes,

@@ -112,3 +112,40 @@ def test_xla_elementwise_loop_has_no_copies(harness) -> None:
     timing = timer.time_case("vector_add", "xla", harness.parse_shape("1001*16"), "float32")
     assert timing.plan.fused_link
     assert timing.loop.copies == 0 and timing.loop.ok, timing.loop.detail
+
+
+def test_gpu_stream_events_keep_the_gpu_streams_only(harness) -> None:
+    events = [
+        {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
+        {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 7, "args": {"name": "Stream #7(compute)"}},
+        {"ph": "M", "name": "thread_name", "pid": 2, "tid": 8, "args": {"name": "XLA Ops"}},
+        {"ph": "X", "pid": 1, "tid": 7, "name": "host work", "dur": 100.0},
+        {"ph": "X", "pid": 2, "tid": 8, "name": "an op's span", "dur": 50.0},
+        {"ph": "X", "pid": 2, "tid": 7, "name": "kernel", "dur": 1.5},
+        {"ph": "X", "pid": 2, "tid": 7, "name": "memcpy", "dur": 0.5},
+    ]
+    kept = harness.gpu_stream_events(events)
+    assert [e["name"] for e in kept] == ["kernel", "memcpy"]
+    assert harness.busy_seconds(kept) == pytest.approx(2e-6)
+
+
+def test_device_time_is_the_loop_less_its_scaffold(harness, tmp_path: Path, monkeypatch) -> None:
+    """The device column: the traced busy time a call of the op's loop less the link's alone, and
+    XLA's figure over the kernel backend's (the trace itself is the profiler's, GPU only)."""
+    def busy(compiled, state, scale, plan):
+        return 5e-6 if "custom_call" in compiled.as_text() else 3e-6
+
+    monkeypatch.setattr(harness, "_device_busy_per_call", busy)
+    monkeypatch.setattr(harness.Timer, "_scaffold_device", lambda self, shape, dtype_name, like: 1e-6)
+    report_path = tmp_path / "r.json"
+    rc = harness.main(["--op", "softmax", "--backend", "all", "--mode", "bench", *TINY,
+                       "--shapes", "8x33", "--device-time", "all", "--json", str(report_path)])
+    assert rc == 0
+    report = json.loads(report_path.read_text())
+    rows = {r["backend"]: r["bench"] for r in report["rows"]}
+    assert rows["xla"]["device_us"] == pytest.approx(2.0)
+    assert rows["cpu"]["device_us"] == pytest.approx(4.0)
+    assert rows["cpu"]["device_speedup_vs_xla"] == pytest.approx(0.5)
+    (summary,) = [s for s in report["summary"] if s["backend"] == "cpu"]
+    assert summary["min_device_speedup_vs_xla"] == pytest.approx(0.5)
