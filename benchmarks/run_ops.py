@@ -482,6 +482,11 @@ class Timing:
         return statistics.median(self.per_call_s)
 
 
+def fits_in_l2(moved: int, plan: LoopPlan, settings: Settings) -> bool:
+    """Whether a case's rotating sets fit in twice the cache: its loop may be served from L2."""
+    return moved * plan.n_sets < 2 * settings.cache_bytes
+
+
 def _run_samples(
     compiled: Callable, state: tuple, scale: jax.Array, settings: Settings
 ) -> tuple[list[float], int, tuple]:
@@ -576,9 +581,9 @@ class Timer:
         scaffold = self._scaffold(shape, dtype_name, plan)
         net = [max(r - scaffold, 0.0) for r in raw]
         timing = Timing(net, raw, scaffold, plan, calls, loop, compile_s)
-        itemsize = jnp.dtype(DTYPES[dtype_name]).itemsize
-        resident = bytes_moved(op, shape, itemsize) * plan.n_sets < 2 * self.settings.cache_bytes
-        if self.settings.device_time == "all" or (self.settings.device_time == "l2" and resident):
+        moved = bytes_moved(op, shape, jnp.dtype(DTYPES[dtype_name]).itemsize)
+        if self.settings.device_time == "all" or (
+                self.settings.device_time == "l2" and fits_in_l2(moved, plan, self.settings)):
             try:
                 busy = _device_busy_per_call(compiled, state, scale, plan)
                 timing.device_s = max(busy - self._scaffold_device(shape, dtype_name, plan), 0.0)
@@ -1168,7 +1173,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     # calls, copies) times something else: no ratio from it.
                     comparable = (xla_median and backend != "xla" and median > 0
                                   and xla_loop_ok and timing.loop.ok)
-                    footprint = row.bytes_moved * timing.plan.n_sets
                     row.bench = {
                         "median_us": median * 1e6,
                         "min_us": min(timing.per_call_s) * 1e6,
@@ -1188,7 +1192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "device_note": timing.device_note,
                         "scheme": timing.plan.scheme, "rotating_sets": timing.plan.n_sets,
                         "calls_per_executable": timing.plan.calls, "executables_per_sample": timing.calls_per_sample,
-                        "l2_resident": footprint < 2 * settings.cache_bytes,
+                        "l2_resident": fits_in_l2(row.bytes_moved, timing.plan, settings),
                         "loop_ok": timing.loop.ok, "loop_detail": timing.loop.detail,
                         "compile_s": timing.compile_s,
                     }

@@ -172,7 +172,7 @@ __device__ __forceinline__ V WarpReduce(V v, Op op, int width = 32) {
   return v;
 }
 
-// Tree reduction over the block (blockDim.x a power of two, 64 or more):
+// Tree reduction over the block (blockDim.x a power of two, 32 or more):
 // warps reduce in registers, then every warp reduces the warps' results from
 // shared memory by the same butterfly, so every thread returns the block's
 // result, the same bits in each. One barrier: callers alternate between two
