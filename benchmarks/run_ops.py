@@ -355,7 +355,7 @@ class LoopPlan:
     added in as input + 0 * element instead, which XLA fuses into the op at
     no cost (XLA fused the update into x + y as well, and then copied x whole
     to also update it in place). Either link, with the loop's own cost, is
-    timed alone (the scaffold) and subtracted. An earlier "chain"
+    timed alone (the scaffold, _scaffold_trip) and subtracted. An earlier "chain"
     scheme fed copy's and vector_add's output back as their input: XLA's
     fused op then ran in place on two buffers where a custom call needs
     three, so shapes near the 50 MB L2 stayed in cache for XLA alone
@@ -389,11 +389,31 @@ def _fused_link(target: jax.Array, source: Any) -> jax.Array:
     return target + 0 * _link_value(target, source)
 
 
+def _scaffold_trip(sets: list, plan: LoopPlan) -> list:
+    """One trip of the link alone: the updates a trip of the op makes, without the op.
+
+    An in-place link is one update a call; a fused link costs nothing a call,
+    so its scaffold makes one update a trip and keeps the loop's own cost. Each
+    update takes the second element of the set updated before it: a one-element
+    copy like the op's link, which XLA can neither drop (as it could an update
+    with a value it just wrote) nor leave to chain nowhere. Needs two sets or more.
+    """
+    previous = sets[-1][0]
+    for call in range(1 if plan.fused_link else plan.calls_per_trip):
+        i = call % len(sets)
+        element = previous.reshape(-1)[1:2].reshape((1,) * previous.ndim)
+        sets[i] = (lax.dynamic_update_slice(sets[i][0], element, (0,) * previous.ndim), *sets[i][1:])
+        previous = sets[i][0]
+    return sets
+
+
 def build_program(op: str, backend: str, plan: LoopPlan) -> Callable:
     """A jitted function (sets, outs, scale) -> (sets, outs) that runs plan.calls calls."""
     def program(sets, outs, scale):
         def trip(_, carry):
             sets, outs = list(carry[0]), list(carry[1])
+            if op == "scaffold":
+                return tuple(_scaffold_trip(sets, plan)), tuple(outs)
             previous = outs[-1]
             for call in range(plan.calls_per_trip):
                 i = call % plan.n_sets
@@ -401,13 +421,11 @@ def build_program(op: str, backend: str, plan: LoopPlan) -> Callable:
                     inputs = (_fused_link(sets[i][0], previous), *sets[i][1:])
                 else:
                     inputs = sets[i] = (_link(sets[i][0], previous), *sets[i][1:])
-                previous = outs[call] = op_or_scaffold(inputs, scale)
+                previous = outs[call] = call_op(inputs, scale)
             return tuple(sets), tuple(outs)
         return lax.fori_loop(0, plan.trips, trip, (sets, outs))
 
-    def op_or_scaffold(inputs, scale):
-        if op == "scaffold":
-            return inputs[0].reshape(-1)[:1]
+    def call_op(inputs, scale):
         if op == "copy" and backend == "xla":
             # XLA removes a copy inside a program; multiplying by a runtime
             # 1.0 is XLA's one-pass read-and-write of the same bytes.
@@ -419,9 +437,8 @@ def build_program(op: str, backend: str, plan: LoopPlan) -> Callable:
 def initial_outputs(op: str, backend: str, plan: LoopPlan, sets) -> tuple:
     """Carry buffers for the outputs: the loop overwrites them."""
     if op == "scaffold":
-        shape = jax.ShapeDtypeStruct((1,), sets[0][0].dtype)
-    else:
-        shape = jax.eval_shape(lambda ins: run_op(op, backend, ins), sets[0])
+        return ()
+    shape = jax.eval_shape(lambda ins: run_op(op, backend, ins), sets[0])
     # One carry per call of a trip: every output leaves the loop whole. Had
     # later calls overwritten it, only its linked element would be live, and
     # XLA would slice its own ops down to that one row (XLA's softmax then
@@ -476,6 +493,7 @@ class Timing:
     compile_s: float
     device_s: float | None = None  # the op's kernel time a call, from a profiler trace
     device_note: str | None = None  # why there is none, where one was asked for
+    device_kernels: list[dict[str, Any]] | None = None  # the trace's events a call, link included
 
     @property
     def median_s(self) -> float:
@@ -585,7 +603,7 @@ class Timer:
         if self.settings.device_time == "all" or (
                 self.settings.device_time == "l2" and fits_in_l2(moved, plan, self.settings)):
             try:
-                busy = _device_busy_per_call(compiled, state, scale, plan)
+                busy, timing.device_kernels = _device_busy_per_call(compiled, state, scale, plan)
                 timing.device_s = max(busy - self._scaffold_device(shape, dtype_name, plan), 0.0)
             except Exception as error:  # noqa: BLE001 - a missing trace must not end the run
                 timing.device_note = f"{type(error).__name__}: {error}"[:200]
@@ -594,10 +612,9 @@ class Timer:
     def _scaffold(self, shape: Shape, dtype_name: str, like: LoopPlan) -> float:
         """Seconds per call of the link alone, in the same loop shape.
 
-        The in-place update's scaffold is a one-element kernel a call plus the
-        loop's own cost; the fused link's (input + 0 * element on one
-        element, which XLA fuses into a few tiny kernels a trip) is about the
-        loop's cost alone.
+        For the in-place link: a one-element update a call and the loop's own
+        cost; for the fused link: the loop's own cost (see _scaffold_trip). What
+        is left after subtracting it is the op's kernels and the gaps they add.
         """
         key = (shape.dims, dtype_name, like.n_sets, like.calls_per_trip, like.fused_link)
         if key not in self._scaffold_cache:
@@ -614,13 +631,14 @@ class Timer:
         key = (shape.dims, dtype_name, like.n_sets, like.calls_per_trip, like.fused_link)
         if key not in self._scaffold_device_cache:
             compiled, state, scale = self._scaffold_program(shape, dtype_name, like)
-            self._scaffold_device_cache[key] = _device_busy_per_call(compiled, state, scale, like)
+            self._scaffold_device_cache[key] = _device_busy_per_call(compiled, state, scale, like)[0]
         return self._scaffold_device_cache[key]
 
     def _scaffold_program(self, shape: Shape, dtype_name: str, plan: LoopPlan) -> tuple:
         """The link alone in `plan`'s loop shape (the first op's; results are per call)."""
         dtype = DTYPES[dtype_name]
-        sets = make_sets("scaffold", shape, dtype, plan, self.seed)
+        sets = make_sets("scaffold", shape, dtype, dataclasses.replace(plan, n_sets=max(2, plan.n_sets)),
+                         self.seed)
         outs = initial_outputs("scaffold", "xla", plan, sets)
         scale = jnp.ones((), dtype)
         with warnings.catch_warnings():
@@ -802,10 +820,21 @@ def _traced_loop_run(compiled: Callable, state: tuple, scale: jax.Array) -> tupl
     return trace_gpu_events(run)
 
 
-def _device_busy_per_call(compiled: Callable, state: tuple, scale: jax.Array, plan: LoopPlan) -> float:
-    """Seconds of GPU stream activity a call in one run of a loop executable."""
+def stream_breakdown(events: list[dict], calls: int, top: int = 4) -> list[dict[str, Any]]:
+    """What the GPU streams ran a call, by event name, longest first: where device time goes."""
+    by_name: dict[str, list[float]] = {}
+    for e in events:
+        by_name.setdefault(e["name"], []).append(float(e.get("dur", 0)))
+    ranked = sorted(by_name.items(), key=lambda kv: -sum(kv[1]))[:top]
+    return [{"name": name[:120], "per_call": len(durs) / calls, "us_per_call": sum(durs) / calls}
+            for name, durs in ranked]
+
+
+def _device_busy_per_call(compiled: Callable, state: tuple, scale: jax.Array,
+                          plan: LoopPlan) -> tuple[float, list[dict[str, Any]]]:
+    """Seconds of GPU stream activity a call in one run of a loop executable, and its breakdown."""
     events, _ = _traced_loop_run(compiled, state, scale)
-    return busy_seconds(events) / plan.calls
+    return busy_seconds(events) / plan.calls, stream_breakdown(events, plan.calls)
 
 
 def profile_cross_check(timer: Timer, backend: str, op: str, shape: Shape, dtype_name: str) -> dict[str, Any]:
@@ -1190,6 +1219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "device_speedup_vs_xla": xla_device / timing.device_s
                         if comparable and xla_device and timing.device_s else None,
                         "device_note": timing.device_note,
+                        "device_kernels": timing.device_kernels,
                         "scheme": timing.plan.scheme, "rotating_sets": timing.plan.n_sets,
                         "calls_per_executable": timing.plan.calls, "executables_per_sample": timing.calls_per_sample,
                         "l2_resident": fits_in_l2(row.bytes_moved, timing.plan, settings),

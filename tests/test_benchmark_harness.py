@@ -3,8 +3,10 @@ its report, and its test mode catches a wrong result."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -114,6 +116,23 @@ def test_xla_elementwise_loop_has_no_copies(harness) -> None:
     assert timing.loop.copies == 0 and timing.loop.ok, timing.loop.detail
 
 
+@pytest.mark.parametrize("op,backend", [("reduce_sum", "cpu"), ("vector_add", "xla")])
+def test_scaffold_is_the_link_alone(harness, op: str, backend: str) -> None:
+    """What is subtracted is the link: one one-element update a call (a fused link: a trip), and
+    nothing else, so that each op keeps its whole kernel time (the v9 scaffold wrote an output too)."""
+    timer = harness.Timer(harness.CPU_SETTINGS, 2e10, 5e-6, 0)
+    shape = harness.parse_shape("64x256")
+    plan = dataclasses.replace(harness.plan_for(op, backend, shape, 4, 2e10, harness.CPU_SETTINGS, 5e-6), trips=3)
+    text = timer._scaffold_program(shape, "float32", plan)[0].as_text()
+    body_name = re.search(r"while\(.*?body=%?([\w.\-]+)", text).group(1)
+    head = re.search(r"^%?" + re.escape(body_name) + r" .*\{$", text, re.M)
+    body = text[head.end(): text.index("\n}", head.end())]
+    kernels = [line for line in body.splitlines() if " fusion(" in line and " s32[] " not in line]
+    updates = [line for line in kernels if "dynamic-update-slice" in line]
+    assert len(updates) == len(kernels) == (1 if plan.fused_link else plan.calls_per_trip)
+    assert " copy(" not in body and "custom-call(" not in body
+
+
 def test_gpu_stream_events_keep_the_gpu_streams_only(harness) -> None:
     events = [
         {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
@@ -128,13 +147,18 @@ def test_gpu_stream_events_keep_the_gpu_streams_only(harness) -> None:
     kept = harness.gpu_stream_events(events)
     assert [e["name"] for e in kept] == ["kernel", "memcpy"]
     assert harness.busy_seconds(kept) == pytest.approx(2e-6)
+    assert harness.stream_breakdown(kept + kept[:1], calls=2) == [
+        {"name": "kernel", "per_call": 1.0, "us_per_call": 1.5},
+        {"name": "memcpy", "per_call": 0.5, "us_per_call": 0.25},
+    ]
 
 
 def test_device_time_is_the_loop_less_its_scaffold(harness, tmp_path: Path, monkeypatch) -> None:
     """The device column: the traced busy time a call of the op's loop less the link's alone, and
     XLA's figure over the kernel backend's (the trace itself is the profiler's, GPU only)."""
     def busy(compiled, state, scale, plan):
-        return 5e-6 if "custom_call" in compiled.as_text() else 3e-6
+        seconds = 5e-6 if "custom_call" in compiled.as_text() else 3e-6
+        return seconds, [{"name": "kernel", "per_call": 1.0, "us_per_call": seconds * 1e6}]
 
     monkeypatch.setattr(harness, "_device_busy_per_call", busy)
     monkeypatch.setattr(harness.Timer, "_scaffold_device", lambda self, shape, dtype_name, like: 1e-6)
@@ -147,5 +171,6 @@ def test_device_time_is_the_loop_less_its_scaffold(harness, tmp_path: Path, monk
     assert rows["xla"]["device_us"] == pytest.approx(2.0)
     assert rows["cpu"]["device_us"] == pytest.approx(4.0)
     assert rows["cpu"]["device_speedup_vs_xla"] == pytest.approx(0.5)
+    assert rows["cpu"]["device_kernels"][0]["us_per_call"] == pytest.approx(5.0)
     (summary,) = [s for s in report["summary"] if s["backend"] == "cpu"]
     assert summary["min_device_speedup_vs_xla"] == pytest.approx(0.5)

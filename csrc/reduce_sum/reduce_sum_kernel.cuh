@@ -23,8 +23,19 @@ namespace jax_camp::reduce_sum {
 template <typename T>
 using Policy = RowPolicy<8 * kPack128<T>, 512, 32>;
 
+// Blocks an SM that a kernel's registers must leave room for (0: ptxas's own
+// choice). Left to choose, ptxas kept a float32 chunk in fewer registers by
+// issuing its loads in rounds, each after the previous packs were summed, so
+// a row waited on memory several times; told one block, it issues them all
+// first. On the H200 in CUDA graphs: float32 144x1280 1.88 -> 1.73 us,
+// 4080x1536 5.19 -> 4.77, 8192x8192 60.2 -> 59.2, 1024x262144 233.4 -> 234.9.
+// Not for 16-bit types: bfloat16 4096x32768 64.0 -> 85.8 us, 4080x1536 3.56 ->
+// 4.29 (benchmarks/results/2026-11-30-h200-v10-probes.txt).
+template <typename T>
+constexpr int kMinBlocks = sizeof(T) == 4 ? 1 : 0;
+
 template <typename T, int kPack, int kChunk>
-__global__ void __launch_bounds__(Policy<T>::kMaxThreads)
+__global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
     ReduceSumKernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols,
                     int lanes) {
   __shared__ RowScratch<float> scratch;
