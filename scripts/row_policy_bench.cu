@@ -34,7 +34,7 @@ void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select
   BENCH_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
   const int64_t num_packs = cols / kPack;
   const RowLimits limits = LimitsOf<Policy>(kPack, clusters);
-  int lanes = RowLanes(num_packs, limits);
+  int lanes = PlanRowLaunch(rows, num_packs, limits, sm_count).lanes;
   lanes = lanes_scale > 0 ? lanes * lanes_scale : lanes / -lanes_scale;
   const int max_lanes = Policy::kMaxThreads * (limits.cluster_threads > 0 ? kMaxClusterBlocks : 1);
   const bool in_range = lanes >= 1 && lanes <= max_lanes;

@@ -164,7 +164,7 @@ def _team(p: dict[str, int]) -> str:
 
 @pytest.mark.parametrize("kernel,cols,pack", list(EXPECTED))
 def test_plan(plan, kernel, cols, pack):
-    p = plan(kernel, 3, cols, pack)
+    p = plan(kernel, 65536, cols, pack)  # enough rows to fill the GPU: no small-grid lanes
     assert (_team(p), p["chunk"], p["holds"]) == EXPECTED[(kernel, cols, pack)]
     expected_layout = "streamed" if not p["holds"] else "held in a cluster" if p["cluster"] > 1 else "held"
     assert p["layout"] == expected_layout
@@ -175,9 +175,24 @@ def test_plan(plan, kernel, cols, pack):
         assert p["lanes"] == p["threads"] * p["cluster"] and p["blocks"] % p["cluster"] == 0
 
 
+@pytest.mark.parametrize("kernel,rows,cols,pack,lanes", [
+    ("reduce", 144, 1280, 8, 128),   # 32 lanes for many rows
+    ("reduce", 144, 1280, 4, 128),   # 64
+    ("reduce", 3, 128, 8, 16),       # one pack a lane at most
+    ("forward", 144, 1280, 8, 128),  # 64
+    ("backward", 144, 1280, 4, 128), # 64
+    ("forward", 144, 1280, 4, 128),  # already 128
+    ("reduce", 1008, 1280, 8, 32),   # enough rows: the policy's own
+    ("forward", 3, 8192, 4, 128),    # at most 128 lanes
+])
+def test_small_grids_take_more_lanes(plan, kernel, rows, cols, pack, lanes):
+    """Rows too few to give each SM 128 threads get more lanes, up to 128 and one pack each."""
+    assert plan(kernel, rows, cols, pack)["lanes"] == lanes
+
+
 def test_no_clusters_without_device_support(plan):
     """Where the device cannot launch clusters, the backward streams the rows clusters would hold."""
-    p = plan("backward", 3, 20_000, 4, clusters=False)
+    p = plan("backward", 4096, 20_000, 4, clusters=False)
     assert (_team(p), p["holds"]) == ("block of 512", False)
 
 

@@ -18,6 +18,8 @@ SHAPES = [
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
     (3, 5, 64), (70000, 3), (5, 8), (4, 3000),  # 1 and 8 packs a thread
     (3, 40_000), (3, 40_001), (2, 65_544),  # past one chunk a thread: streamed
+    # Many short rows: the policy's warp lanes and chunks, which few rows grow out of.
+    (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (1024, 1536), (1024, 3000),
 ]
 
 

@@ -29,13 +29,17 @@ from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_
 # backward, and test_long_rows streams a million forward. Clusters of 8 or
 # more 512-thread blocks prefetch each next row while they work on one (the
 # forward from 150_000 columns, the backward's 200_000 and 150_000): 40 rows
-# of 150_000 and 24 of 300_000 give each resident cluster several.
+# of 150_000 and 24 of 300_000 give each resident cluster several. Grids of
+# few rows take more lanes a row than many rows of the same length
+# (PlanRowLaunch), so short rows come both ways: a few (warp lanes grown to a
+# block) and 1024-4096 of them (the policy's own warp lanes and chunks).
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,), (5, 8),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
     (3, 5, 64), (70000, 3), (4, 3000), (3, 5000), (3, 12_000), (3, 20_000),
     (3, 40_000), (3, 40_001), (2, 65_544), (2, 200_000), (2, 300_000), (2, 600_000),
     (2, 70_001), (40, 150_000), (24, 300_000),
+    (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024),
 ]
 
 

@@ -388,7 +388,8 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp la
 // - chunk: the fewest packs a thread that hold the row (a power of two), so
 //   short rows keep few registers and many warps resident.
 // - grid: one team a row, capped at 4 waves of resident blocks; the kernels
-//   loop over the remaining rows.
+//   loop over the remaining rows. Grids too small to fill the SMs take more
+//   lanes a row (PlanRowLaunch).
 inline int RowLanes(int64_t num_packs, const RowLimits& limits) {
   constexpr int64_t kMinChunk = 4;
   const int64_t max_lanes =
@@ -428,9 +429,26 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
   return {chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads, cluster, layout};
 }
 
+// Grids of fewer threads than this an SM give their rows more lanes (see
+// PlanRowLaunch), up to kSmallGridLanes and one pack a lane.
+constexpr int kSmallGridThreadsPerSm = 128;
+constexpr int kSmallGridLanes = 128;
+
+// RowLanes' lanes, more where the rows are too few to give each SM
+// kSmallGridThreadsPerSm threads. Such a grid finishes when its slowest
+// thread does, a chain of dependent loads, adds and shuffles, and more lanes
+// shorten it: in CUDA graphs on the H200, 144x1280 bfloat16 reduce_sum 2.04 ->
+// 1.81 us (32 -> 128 lanes), softmax backward 2.03 -> 1.93 (64 -> 128), float32
+// reduce_sum 1.71 -> 1.68; every other shape within 1.5%. Applied to more rows
+// it lost (bfloat16 2032x2304 reduce_sum 3.42 -> 3.76 us at 128 lanes)
+// (benchmarks/results/2026-11-30-h200-v10-probes.txt, probes 5 and 6).
 inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, const RowLimits& limits,
                                int sm_count) {
-  return PlanRowLaunchWithLanes(rows, num_packs, RowLanes(num_packs, limits), limits, sm_count);
+  int lanes = RowLanes(num_packs, limits);
+  while (lanes < kSmallGridLanes && 2 * lanes <= num_packs &&
+         rows * lanes < int64_t{sm_count} * kSmallGridThreadsPerSm)
+    lanes *= 2;
+  return PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count);
 }
 
 // f(IntTag<c>{}) for the power of two c == chunk, c <= kMaxChunk.
