@@ -394,14 +394,16 @@ def _scaffold_trip(sets: list, plan: LoopPlan) -> list:
 
     An in-place link is one update a call; a fused link costs nothing a call,
     so its scaffold makes one update a trip and keeps the loop's own cost. Each
-    update takes the second element of the set updated before it: a one-element
-    copy like the op's link, which XLA can neither drop (as it could an update
-    with a value it just wrote) nor leave to chain nowhere. Needs two sets or more.
+    update copies the second element of the set updated before it into the
+    first of the next: a one-element copy like the op's link, and never one
+    that writes back a value the set already holds, which XLA would drop. Needs
+    two sets or more.
     """
     previous = sets[-1][0]
+    source = min(1, previous.size - 1)
     for call in range(1 if plan.fused_link else plan.calls_per_trip):
         i = call % len(sets)
-        element = previous.reshape(-1)[1:2].reshape((1,) * previous.ndim)
+        element = previous.reshape(-1)[source:source + 1].reshape((1,) * previous.ndim)
         sets[i] = (lax.dynamic_update_slice(sets[i][0], element, (0,) * previous.ndim), *sets[i][1:])
         previous = sets[i][0]
     return sets

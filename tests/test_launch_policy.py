@@ -183,7 +183,7 @@ def test_plan(plan, kernel, cols, pack):
     ("backward", 144, 1280, 4, 128), # 64
     ("forward", 144, 1280, 4, 128),  # already 128
     ("reduce", 1008, 1280, 8, 32),   # enough rows: the policy's own
-    ("forward", 3, 8192, 4, 128),    # at most 128 lanes
+    ("reduce", 3, 4096, 8, 128),     # 64, and no more than 128
 ])
 def test_small_grids_take_more_lanes(plan, kernel, rows, cols, pack, lanes):
     """Rows too few to give each SM 128 threads get more lanes, up to 128 and one pack each."""
