@@ -1,14 +1,16 @@
 """What nvcc makes of the CUDA kernels, checked without a GPU.
 
 Runs wherever nvcc is (CI has it); skips elsewhere. Compiles each csrc/<op>/<op>.cu
-for sm_90 and checks the two properties the kernels' speed rests on, which a
-correct result does not show:
+for sm_90 and checks properties the kernels' speed rests on, which a correct
+result does not show:
 - no register spills, in any instantiation (nvcc -Xptxas -v): a spilled row
   chunk goes through local memory, as happened twice while the row kernels
   were tuned;
 - 128-bit global accesses wherever the data comes in 16-byte packs (the PTX):
   the bfloat16 vector_add once read its packs 16 bits at a time and ran at
-  0.89x XLA, and nvcc once split some of softmax's 16-byte stores in four.
+  0.89x XLA, and nvcc once split some of softmax's 16-byte stores in four;
+- reduce_sum's float32 kernels built for one block an SM (kMinBlocks), without
+  which ptxas issued a chunk's loads in rounds.
 """
 
 from __future__ import annotations
@@ -101,3 +103,14 @@ def test_elementwise_kernels_load_and_store_128_bits(builds, op):
         # The scalar accesses left are the n % pack tail's.
         assert any(v.startswith("ld.") for v in vector), f"{name}: no 128-bit loads"
         assert any(v.startswith("st.") for v in vector), f"{name}: no 128-bit stores"
+
+
+def test_float32_sums_are_built_for_one_block_an_sm(builds):
+    """reduce_sum's kMinBlocks: float32 kernels ask ptxas for one block an SM (then it issues a
+    chunk's loads before summing any); 16-bit ones leave the choice to ptxas (faster for them)."""
+    kernels = {name: body for name, body in _kernels(builds["reduce_sum"][1]).items()
+               if "ReduceSumKernel" in name}
+    assert kernels
+    for name, body in kernels.items():
+        expected = "ReduceSumKernelIf" in name
+        assert (".minnctapersm 1" in body) == expected, name
