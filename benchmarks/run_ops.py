@@ -15,6 +15,7 @@ import datetime
 import gzip
 import json
 import math
+import os
 import platform
 import re
 import shlex
@@ -1114,8 +1115,28 @@ def draw_plot(path: str, rows: list[Row], ceiling_tbps: float | None, title: str
     return None
 
 
+# XLA runs a loop body as a CUDA graph (a command buffer) when it holds at
+# least xla_gpu_graph_min_graph_size commands (5) or a custom call; a smaller
+# body runs command by command, with a host round trip each trip. Every op
+# loop here has a body of 8 calls or more, but the scaffold of XLA's fused
+# link (one update a trip) ran command by command, and its 15-17 us a trip
+# were subtracted from loops that never paid them: XLA's copy at 8192x8192
+# float32 lost 1.4-2.2 us a call, 0.5 with the flag, and its loop's own time
+# did not move (benchmarks/results/2026-11-30-h200-v12-probes.txt). So every
+# loop takes the same path.
+LOOP_XLA_FLAG = "--xla_gpu_graph_min_graph_size=1"
+
+
+def use_graphs_for_every_loop() -> None:
+    """Adds LOOP_XLA_FLAG to XLA_FLAGS (before XLA starts) unless the caller set that flag."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if "xla_gpu_graph_min_graph_size" not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {LOOP_XLA_FLAG}".strip()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    use_graphs_for_every_loop()
     argv_list = list(sys.argv[1:] if argv is None else argv)
     is_gpu, device_name = detect_platform()
     settings = GPU_SETTINGS if is_gpu else CPU_SETTINGS
@@ -1266,6 +1287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seed": seed,
         "reference": where,
         "timing": args.timing,
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "settings": dataclasses.asdict(settings),
         "loop_floor_us": floor_s * 1e6,
         "ceiling": ceiling,

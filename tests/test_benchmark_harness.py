@@ -42,7 +42,8 @@ def test_report_has_expected_fields(harness, tmp_path: Path) -> None:
                        "--json", str(report_path), "--plot", str(plot_path)])
     assert rc == 0
     report = json.loads(report_path.read_text())
-    for field in ("date", "device", "jax_version", "command", "ceiling", "rows", "summary", "seed"):
+    for field in ("date", "device", "jax_version", "command", "ceiling", "rows", "summary", "seed",
+                  "xla_flags"):
         assert field in report, field
     assert report["ceiling"]["tbps"] > 0
     rows = {(r["op"], r["backend"]): r for r in report["rows"]}
@@ -59,6 +60,19 @@ def test_report_has_expected_fields(harness, tmp_path: Path) -> None:
         assert not plot_path.exists()
     else:
         assert plot_path.stat().st_size > 0
+
+
+def test_every_loop_runs_as_a_graph(harness, monkeypatch) -> None:
+    """The scaffold must run as the op loops do (run_ops.LOOP_XLA_FLAG); a caller's own value stays."""
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
+    harness.use_graphs_for_every_loop()
+    assert harness.os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_gpu_graph_min_graph_size=1"
+    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_graph_min_graph_size=3")
+    harness.use_graphs_for_every_loop()
+    assert harness.os.environ["XLA_FLAGS"] == "--xla_gpu_graph_min_graph_size=3"
+    monkeypatch.delenv("XLA_FLAGS")
+    harness.use_graphs_for_every_loop()
+    assert harness.os.environ["XLA_FLAGS"] == "--xla_gpu_graph_min_graph_size=1"
 
 
 def test_test_mode_catches_a_wrong_result(harness, tmp_path: Path, monkeypatch) -> None:

@@ -105,12 +105,21 @@ def test_elementwise_kernels_load_and_store_128_bits(builds, op):
         assert any(v.startswith("st.") for v in vector), f"{name}: no 128-bit stores"
 
 
-def test_float32_sums_are_built_for_one_block_an_sm(builds):
+def test_sums_are_built_for_their_blocks_an_sm(builds):
     """reduce_sum's kMinBlocks: float32 kernels ask ptxas for one block an SM (then it issues a
-    chunk's loads before summing any); 16-bit ones leave the choice to ptxas (faster for them)."""
+    chunk's loads before summing any), 16-bit ones for two."""
     kernels = {name: body for name, body in _kernels(builds["reduce_sum"][1]).items()
                if "ReduceSumKernel" in name}
     assert kernels
     for name, body in kernels.items():
-        expected = "ReduceSumKernelIf" in name
-        assert (".minnctapersm 1" in body) == expected, name
+        expected = 1 if "ReduceSumKernelIf" in name else 2
+        assert re.findall(r"\.minnctapersm (\d+)", body) == [str(expected)], name
+
+
+def test_16_bit_sums_select_their_packs(builds):
+    """reduce_sum adds a 16-bit chunk by RowChunk::Sum: every pack is added and a select keeps the
+    row's, one a pack, leaving ptxas no branch to sink a load into; float32 keeps ForEach's branches."""
+    for name, body in _packed_kernels(builds, "reduce_sum").items():
+        chunk = int(re.search(r"Li\d+ELi(\d+)E", name).group(1))
+        selects = len(re.findall(r"\bselp\.f32\b", body))
+        assert selects == (0 if "ReduceSumKernelIf" in name else chunk), name

@@ -216,6 +216,20 @@ struct RowChunk {
     }
   }
 
+  // `total` plus the loaded packs below `count`, added in ForEach's order.
+  // Every pack is added and a select keeps the sum only for the row's packs:
+  // no branch for ptxas to sink a pack's load into, behind the sums before it.
+  __device__ __forceinline__ float Sum(int count, const RowTeam& team, float total) const {
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) {
+      float with_pack = total;
+#pragma unroll
+      for (int k = 0; k < kPack; ++k) with_pack += packs[i].Get(k);
+      total = i * team.lanes + team.lane < count ? with_pack : total;
+    }
+    return total;
+  }
+
   __device__ __forceinline__ float Value(int i, int k) const { return packs[i].Get(k); }
 
   // Overwrites pack i with `values`, rounded to T.

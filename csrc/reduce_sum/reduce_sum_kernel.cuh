@@ -1,7 +1,7 @@
 // reduce_sum: out[r] = sum_c x[r, c], accumulated in float32. A team of
 // threads (a few lanes of a warp, or the block; see row_team.cuh) shares a
-// row: each thread sums its strided share, chunk by chunk with all of a
-// chunk's loads in flight, then the team's tree reduction combines the
+// row: each thread sums its strided share, chunk by chunk with the chunk's
+// loads issued ahead of its adds, then the team's tree reduction combines the
 // partial sums. The order of additions depends only on the shape, so results
 // are bitwise reproducible.
 #pragma once
@@ -23,16 +23,20 @@ namespace jax_camp::reduce_sum {
 template <typename T>
 using Policy = RowPolicy<8 * kPack128<T>, 512, 32>;
 
-// Blocks an SM that a kernel's registers must leave room for (0: ptxas's own
-// choice). Left to choose, ptxas kept a float32 chunk in fewer registers by
-// issuing its loads in rounds, each after the previous packs were summed, so
-// a row waited on memory several times; told one block, it issues them all
-// first. On the H200 in CUDA graphs: float32 144x1280 1.88 -> 1.73 us,
-// 4080x1536 5.19 -> 4.77, 8192x8192 60.2 -> 59.2, 1024x262144 233.4 -> 234.9.
-// Not for 16-bit types: bfloat16 4096x32768 64.0 -> 85.8 us, 4080x1536 3.56 ->
-// 4.29 (benchmarks/results/2026-11-30-h200-v10-probes.txt).
+// Blocks an SM that a kernel's registers must leave room for. Left to
+// choose, ptxas kept a chunk in fewer registers by issuing its loads in
+// rounds, each after the previous packs were summed, so a row waited on
+// memory several times. Told one block, it issues a float32 chunk's loads all
+// first: on the H200 in CUDA graphs, float32 144x1280 1.88 -> 1.73 us,
+// 4080x1536 5.19 -> 4.77, 8192x8192 60.2 -> 59.2, 1024x262144 233.4 -> 234.9
+// (benchmarks/results/2026-11-30-h200-v10-probes.txt). 16-bit chunks take
+// two blocks, and add their packs by RowChunk::Sum, whose select leaves ptxas
+// no branch to sink a pack's load into: bfloat16 8192x8192 32.5 -> 31.2 us,
+// 4096x32768 64.1 -> 60.4, 1008x1280 2.21 -> 2.12, 784x3840 2.89 -> 2.62,
+// 1024x262144 and 262144x128 within 1% (-v12-probes.txt). One block cost
+// bfloat16 4096x32768 a third (85.8 us); two with the branches, 1-5%.
 template <typename T>
-constexpr int kMinBlocks = sizeof(T) == 4 ? 1 : 0;
+constexpr int kMinBlocks = sizeof(T) == 4 ? 1 : 2;
 
 template <typename T, int kPack, int kChunk>
 __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
@@ -50,10 +54,16 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
     ForEachChunkOf(valid ? num_packs : 0, lanes * kChunk, [&](int64_t first, int count) {
       RowChunk<T, kPack, kChunk> chunk;
       chunk.Load(x_row + first * kPack, count, team);
-      chunk.ForEach(count, team, [&](int, int, const float(&v)[kPack]) {
+      // Float32 through Sum: 4% faster at some shapes, 4% slower at others
+      // (-v12-probes.txt, probe 2).
+      if constexpr (sizeof(T) == 4) {
+        chunk.ForEach(count, team, [&](int, int, const float(&v)[kPack]) {
 #pragma unroll
-        for (int k = 0; k < kPack; ++k) partial += v[k];
-      });
+          for (int k = 0; k < kPack; ++k) partial += v[k];
+        });
+      } else {
+        partial = chunk.Sum(count, team, partial);
+      }
     });
     const float total = team.Reduce<Policy<T>::kClusters>(partial, SumOp{}, scratch);
     if (valid && team.lane == 0) out[row] = FromFloat<T>(total);
