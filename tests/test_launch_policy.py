@@ -143,7 +143,8 @@ EXPECTED = {
     ("backward", 70_001, 1): ("block of 512", 8, False),
     ("reduce", 128, 8): ("8 lanes", 2, True),
     ("reduce", 1280, 8): ("32 lanes", 8, True),
-    ("reduce", 1280, 4): ("block of 64", 8, True),
+    ("reduce", 1280, 4): ("64 lanes", 8, True),
+    ("reduce", 2304, 8): ("64 lanes", 8, True),
     ("reduce", 3840, 4): ("block of 128", 8, True),
     ("reduce", 16384, 4): ("block of 512", 8, True),
     ("reduce", 16388, 4): ("block of 512", 8, False),
@@ -157,7 +158,8 @@ EXPECTED = {
 def _team(p: dict[str, int]) -> str:
     if p["cluster"] > 1:
         return f"cluster of {p['cluster']}"
-    if p["lanes"] <= 32:
+    if p["lanes"] < p["threads"]:
+        assert p["threads"] == 256  # teams that share a block (kRowsBlockThreads)
         return f"{p['lanes']} lanes"
     return f"block of {p['threads']}"
 
@@ -188,6 +190,19 @@ def test_plan(plan, kernel, cols, pack):
 def test_small_grids_take_more_lanes(plan, kernel, rows, cols, pack, lanes):
     """Rows too few to give each SM 128 threads get more lanes, up to 128 and one pack each."""
     assert plan(kernel, rows, cols, pack)["lanes"] == lanes
+
+
+@pytest.mark.parametrize("kernel,cols,pack,shared", [
+    ("reduce", 1280, 4, True), ("reduce", 2304, 8, True),    # 64 lanes
+    ("reduce", 3840, 4, False), ("reduce", 8192, 8, False),  # 128
+    ("forward", 1024, 4, False), ("backward", 2304, 8, False),  # 64: only warps share for softmax
+])
+def test_teams_of_two_warps_share_blocks_for_reduce_sum_only(plan, kernel, cols, pack, shared):
+    """RowPolicy::kSharedBlockLanes: reduce_sum's 64-lane teams take 4 rows a 256-thread block;
+    wider teams, and softmax's teams past a warp, take a block each."""
+    p = plan(kernel, 65536, cols, pack)
+    assert p["lanes"] > 32 and (p["threads"] == 256 and p["lanes"] == 64) == shared
+    assert shared or p["threads"] == p["lanes"]
 
 
 def test_no_clusters_without_device_support(plan):

@@ -172,21 +172,28 @@ __device__ __forceinline__ V WarpReduce(V v, Op op, int width = 32) {
   return v;
 }
 
-// Tree reduction over the block (blockDim.x a power of two, 32 or more):
-// warps reduce in registers, then every warp reduces the warps' results from
-// shared memory by the same butterfly, so every thread returns the block's
-// result, the same bits in each. One barrier: callers alternate between two
-// `warp_results` arrays, and a thread writes one again only after the barrier
-// of the reduction between, which every thread reaches after its reads of
-// this one. Against a leading barrier and a serial sum over the warps, the
-// 16 warps of a 512-thread block combine in 4 steps instead of 15.
+// Tree reduction over a team of `team_warps` warps from `first_warp` on (a
+// power of two; by default the block, blockDim.x a power of two, 32 or more):
+// warps reduce in registers, then every warp reduces its team's warps'
+// results from shared memory by the same butterfly, so every thread returns
+// its team's result, the same bits in each. One barrier, the block's (every
+// team of the block reduces at once): callers alternate between two
+// `warp_results` arrays, and a thread writes one again only after the
+// barrier of the reduction between, which every thread reaches after its
+// reads of this one. Against a leading barrier and a serial sum over the
+// warps, the 16 warps of a 512-thread block combine in 4 steps instead of 15.
 template <typename V, typename Op>
-__device__ __forceinline__ V BlockReduce(V v, Op op, V* warp_results) {
-  const int num_warps = blockDim.x / 32;
+__device__ __forceinline__ V BlockReduce(V v, Op op, V* warp_results, int team_warps,
+                                         int first_warp) {
   v = WarpReduce(v, op);
   if (threadIdx.x % 32 == 0) warp_results[threadIdx.x / 32] = v;
   __syncthreads();
-  return WarpReduce(warp_results[threadIdx.x & (num_warps - 1)], op, num_warps);
+  return WarpReduce(warp_results[first_warp + (threadIdx.x & (team_warps - 1))], op, team_warps);
+}
+
+template <typename V, typename Op>
+__device__ __forceinline__ V BlockReduce(V v, Op op, V* warp_results) {
+  return BlockReduce(v, op, warp_results, blockDim.x / 32, 0);
 }
 
 inline ffi::Error CheckCuda(cudaError_t status, const char* what) {

@@ -121,11 +121,20 @@ struct RowTeam {
 
   // Every lane of the team returns op over the team's values (block and
   // cluster teams through `scratch`). kClusters: whether the team can be a
-  // cluster; where it cannot, the cluster code is left out, since even never
-  // run it cost registers.
-  template <bool kClusters, typename V, typename Op>
+  // cluster; kSharedBlockTeams: whether a team of several warps can share
+  // its block with other rows' teams (RowPolicy::kSharedBlockLanes). Code for
+  // teams a kernel never has is left out, since even never run it cost
+  // registers.
+  template <bool kClusters, bool kSharedBlockTeams = false, typename V, typename Op>
   __device__ V Reduce(V v, Op op, RowScratch<V>& scratch) {
     if (lanes <= 32) return WarpReduce(v, op, lanes);
+    if constexpr (kSharedBlockTeams) {
+      if (lanes < blockDim.x) {
+        const int team_warps = lanes >> 5;
+        const int first_warp = (threadIdx.x >> 5) & ~(team_warps - 1);
+        return BlockReduce(v, op, scratch.warps[block_reductions++ & 1], team_warps, first_warp);
+      }
+    }
     v = BlockReduce(v, op, scratch.warps[block_reductions++ & 1]);
     if (!kClusters || lanes <= blockDim.x) return v;
     return ClusterReduce(v, op, scratch);
@@ -331,10 +340,14 @@ __host__ __device__ constexpr int ChunkPacks(int chunk_elements, int pack) {
 // (kMaxChunkElements), the most threads a block (kMaxThreads, the kernel's
 // __launch_bounds__), the lanes a row it prefers (kTeamLanes; see RowLanes),
 // the block size of its cluster teams (kClusterBlockThreads; 0 for none:
-// rows longer than a block holds are then streamed), and the fewest lanes a
-// row (kMinLanes; see RowLanes).
+// rows longer than a block holds are then streamed), the fewest lanes a
+// row (kMinLanes; see RowLanes), and the most lanes a row whose team shares
+// a block of kRowsBlockThreads with other rows' teams (kSharedBlockLanes: 32,
+// a warp's, or 64 or 128; its kernel then passes kSharedBlockTeams to
+// RowTeam::Reduce).
 template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue,
-          int kClusterBlockThreadsValue = 0, int kMinLanesValue = 8>
+          int kClusterBlockThreadsValue = 0, int kMinLanesValue = 8,
+          int kSharedBlockLanesValue = 32>
 struct RowPolicy {
   static constexpr int kMaxChunkElements = kMaxChunkElementsValue;
   static constexpr int kMaxThreads = kMaxThreadsValue;
@@ -342,21 +355,25 @@ struct RowPolicy {
   static constexpr int kClusterBlockThreads = kClusterBlockThreadsValue;
   static constexpr bool kClusters = kClusterBlockThreads > 0;
   static constexpr int kMinLanes = kMinLanesValue;
+  static constexpr int kSharedBlockLanes = kSharedBlockLanesValue;
+  static constexpr bool kSharedBlockTeams = kSharedBlockLanes > 32;
 };
 
 // A policy's limits in packs, for one pack size and device.
 struct RowLimits {
-  int max_chunk;        // packs a thread
-  int max_threads;      // threads a block
-  int team_lanes;       // preferred lanes a row
-  int cluster_threads;  // threads a block of a cluster team; 0: no clusters
-  int min_lanes;        // fewest lanes a row
+  int max_chunk;           // packs a thread
+  int max_threads;         // threads a block
+  int team_lanes;          // preferred lanes a row
+  int cluster_threads;     // threads a block of a cluster team; 0: no clusters
+  int min_lanes;           // fewest lanes a row
+  int shared_block_lanes;  // most lanes a row that share a block with other rows
 };
 
 template <typename Policy>
 RowLimits LimitsOf(int pack, bool clusters) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
-          clusters ? Policy::kClusterBlockThreads : 0, Policy::kMinLanes};
+          clusters ? Policy::kClusterBlockThreads : 0, Policy::kMinLanes,
+          Policy::kSharedBlockLanes};
 }
 
 // How a team covers its row: held in its registers, by warp lanes or a
@@ -378,7 +395,7 @@ struct RowLaunch {
   RowLayout layout;
 };
 
-constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp lanes
+constexpr int kRowsBlockThreads = 256;  // the block size when teams share blocks
 
 // The row kernels' shared launch policy, for rows of `num_packs` packs, from
 // timing each kernel under several plans on the H200
@@ -390,9 +407,10 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams are warp la
 //   load (with 2 lanes a row each warp load touched 16 rows' cache lines);
 //   the forward takes 4, with 4 packs each, where rows are that short
 //   (bfloat16 262144x128: 33.2 us against 34.5 in 8 lanes, in CUDA graphs).
-//   Up to 32 lanes share a warp with other rows; beyond, a block takes each
-//   row: small blocks, whose load, reduce and store phases overlap with
-//   other blocks', beat large ones.
+//   Up to 32 lanes share a warp with other rows, and up to `shared_block_lanes`
+//   a block of kRowsBlockThreads; beyond, a block takes each row: small
+//   blocks, whose load, reduce and store phases overlap with other blocks',
+//   beat large ones.
 //   Rows that need more lanes than `cluster_threads` take a cluster of blocks
 //   of that size, so that two or more blocks still share each SM, up to
 //   kMaxClusterBlocks, then clusters of that many larger blocks, up to
@@ -427,7 +445,7 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
   const bool held = int64_t{lanes} * chunk >= num_packs;
   int threads = lanes;
   int cluster = 1;
-  if (lanes <= 32) {
+  if (lanes <= limits.shared_block_lanes) {
     threads = kRowsBlockThreads;
   } else if (limits.cluster_threads > 0 && lanes > limits.cluster_threads && held) {
     threads = std::max(limits.cluster_threads, lanes / kMaxClusterBlocks);

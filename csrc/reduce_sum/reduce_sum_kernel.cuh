@@ -20,8 +20,13 @@ namespace jax_camp::reduce_sum {
 // 5.45 -> 4.85 us, float32 784x3840 4.59 -> 3.74 us, but float32 2032x2304
 // 6.48 -> 7.05 us; the large shapes within 2%
 // (benchmarks/results/2026-11-29-h200-v6-probes.txt).
+// Teams of two warps share 256-thread blocks, four rows a block, rather than
+// take a 64-thread block each: in CUDA graphs, bfloat16 1008x2304 2.61 ->
+// 2.39 us, 2032x2304 3.24 -> 3.01, 784x3840 2.61 -> 2.44, float32 1008x1280
+// 2.47 -> 2.32; four warps sharing a block cost float32 1008x2304 and
+// 2032x2304 7-8% (benchmarks/results/2026-11-30-h200-v12-probes.txt, probe 4).
 template <typename T>
-using Policy = RowPolicy<8 * kPack128<T>, 512, 32>;
+using Policy = RowPolicy<8 * kPack128<T>, 512, 32, 0, 8, 64>;
 
 // Blocks an SM that a kernel's registers must leave room for. Left to
 // choose, ptxas kept a chunk in fewer registers by issuing its loads in
@@ -65,7 +70,8 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
         partial = chunk.Sum(count, team, partial);
       }
     });
-    const float total = team.Reduce<Policy<T>::kClusters>(partial, SumOp{}, scratch);
+    const float total = team.Reduce<Policy<T>::kClusters, Policy<T>::kSharedBlockTeams>(
+        partial, SumOp{}, scratch);
     if (valid && team.lane == 0) out[row] = FromFloat<T>(total);
   }
   team.Finish<Policy<T>::kClusters>();
