@@ -1,14 +1,15 @@
 // Row kernels (reduce_sum, softmax forward and backward) are written once
-// against a RowTeam: the threads that share one row. Short rows get a few
-// lanes of a warp each (several rows per warp, reduced with shuffles); long
-// rows get the whole block (reduced through shared memory); rows too long for
-// one block's registers get a thread-block cluster (Hopper), whose blocks
-// exchange their partial results through distributed shared memory. Each
-// thread holds a chunk of its row in registers: kChunk packs, all loaded
-// before any is used, so that many loads are in flight. A row that fits in
-// one chunk per thread is read from memory once, however many passes the
-// kernel makes; a cluster team can load its next row into shared memory
-// while it works on this one (NextRow).
+// against a RowTeam: the threads that share one row. Short rows get a few lanes
+// of a warp each (several rows per warp, reduced with shuffles); longer ones a
+// few warps of a block that other rows share, where the kernel's policy allows
+// (RowPolicy::kSharedBlockLanes), or the whole block (reduced through shared
+// memory); rows too long for one block's registers get a thread-block cluster
+// (Hopper), whose blocks exchange their partial results through distributed
+// shared memory. Each thread holds a chunk of its row in registers: kChunk
+// packs, loaded ahead of their use, so that many loads are in flight. A row
+// that fits in one chunk per thread is read from memory once, however many
+// passes the kernel makes; a cluster team can load its next row into shared
+// memory while it works on this one (NextRow).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -65,7 +66,7 @@ __device__ __forceinline__ bool HasDynamicSharedMemory() {
 }
 
 struct RowTeam {
-  int lanes;  // threads per row: a power of two up to 32, a block, or a cluster
+  int lanes;  // threads per row: a power of two up to a block's threads, or a cluster
   int lane;   // this thread's place in its team
   int64_t first_row;
   int64_t row_stride;

@@ -1,9 +1,9 @@
-// reduce_sum: out[r] = sum_c x[r, c], accumulated in float32. A team of
-// threads (a few lanes of a warp, or the block; see row_team.cuh) shares a
-// row: each thread sums its strided share, chunk by chunk with the chunk's
-// loads issued ahead of its adds, then the team's tree reduction combines the
-// partial sums. The order of additions depends only on the shape, so results
-// are bitwise reproducible.
+// reduce_sum: out[r] = sum_c x[r, c], accumulated in float32. A team of threads
+// (a few lanes of a warp, two warps of a block shared with other rows, or the
+// block; see row_team.cuh) shares a row: each thread sums its strided share,
+// chunk by chunk with the chunk's loads issued ahead of its adds, then the
+// team's tree reduction combines the partial sums. The order of additions
+// depends only on the shape, so results are bitwise reproducible.
 #pragma once
 
 #include <cstdint>
