@@ -569,6 +569,11 @@ def make_sets(op: str, shape: Shape, dtype: Any, plan: LoopPlan, seed: int) -> t
     return tuple(draw_inputs(keys, base_op, shape, dtype) for _ in range(count))
 
 
+def _scaffold_key(shape: Shape, dtype_name: str, plan: LoopPlan) -> tuple:
+    """What a scaffold depends on: ops whose loops agree on it share one (see rotating_sets)."""
+    return (shape.dims, dtype_name, plan.n_sets, plan.calls_per_trip, plan.fused_link)
+
+
 class Timer:
     def __init__(self, settings: Settings, ceiling_bps: float, floor_s: float, seed: int) -> None:
         self.settings = settings
@@ -577,6 +582,7 @@ class Timer:
         self.seed = seed
         self._scaffold_cache: dict[tuple, float] = {}
         self._scaffold_device_cache: dict[tuple, float] = {}
+        self._scaffold_executables: dict[tuple, Any] = {}
 
     def compile_loop(self, op: str, backend: str, shape: Shape, dtype_name: str) -> tuple:
         """One case's loop executable: (compiled, plan, sets, outs, scale, compile seconds)."""
@@ -619,7 +625,7 @@ class Timer:
         cost; for the fused link: the loop's own cost (see _scaffold_trip). What
         is left after subtracting it is the op's kernels and the gaps they add.
         """
-        key = (shape.dims, dtype_name, like.n_sets, like.calls_per_trip, like.fused_link)
+        key = _scaffold_key(shape, dtype_name, like)
         if key not in self._scaffold_cache:
             compiled, state, scale = self._scaffold_program(shape, dtype_name, like)
             with warnings.catch_warnings():
@@ -631,23 +637,27 @@ class Timer:
     def _scaffold_device(self, shape: Shape, dtype_name: str, like: LoopPlan) -> float:
         """Device seconds per call of the link alone (kernels and the loop's
         copies of its predicate), from a profiler trace, in the same loop shape."""
-        key = (shape.dims, dtype_name, like.n_sets, like.calls_per_trip, like.fused_link)
+        key = _scaffold_key(shape, dtype_name, like)
         if key not in self._scaffold_device_cache:
             compiled, state, scale = self._scaffold_program(shape, dtype_name, like)
             self._scaffold_device_cache[key] = _device_busy_per_call(compiled, state, scale, like)[0]
         return self._scaffold_device_cache[key]
 
     def _scaffold_program(self, shape: Shape, dtype_name: str, plan: LoopPlan) -> tuple:
-        """The link alone in `plan`'s loop shape (the first op's; results are per call)."""
+        """The link alone in `plan`'s loop shape (the first op's; results are per call), on fresh
+        inputs; compiled once a key, since both the loop time and the device time run it."""
         dtype = DTYPES[dtype_name]
         sets = make_sets("scaffold", shape, dtype, dataclasses.replace(plan, n_sets=max(2, plan.n_sets)),
                          self.seed)
         outs = initial_outputs("scaffold", "xla", plan, sets)
         scale = jnp.ones((), dtype)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*donated buffers.*")
-            compiled = build_program("scaffold", "xla", plan).lower(sets, outs, scale).compile()
-        return compiled, (sets, outs), scale
+        key = _scaffold_key(shape, dtype_name, plan)
+        if key not in self._scaffold_executables:
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message=".*donated buffers.*")
+                self._scaffold_executables[key] = (
+                    build_program("scaffold", "xla", plan).lower(sets, outs, scale).compile())
+        return self._scaffold_executables[key], (sets, outs), scale
 
     def time_pipelined(self, op: str, backend: str, shape: Shape, dtype_name: str) -> Timing:
         """The baseline's method: K top-level calls back to back, one wait, divided by K."""

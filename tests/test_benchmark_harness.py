@@ -147,6 +147,19 @@ def test_scaffold_is_the_link_alone(harness, op: str, backend: str) -> None:
     assert " copy(" not in body and "custom-call(" not in body
 
 
+def test_scaffold_is_compiled_once_a_loop_shape(harness) -> None:
+    """The loop time and the device time both run the scaffold: one executable serves both, each
+    run on inputs of its own (the loop donates them)."""
+    timer = harness.Timer(harness.CPU_SETTINGS, 2e10, 5e-6, 0)
+    shape = harness.parse_shape("64x256")
+    plan = harness.plan_for("reduce_sum", "cpu", shape, 4, 2e10, harness.CPU_SETTINGS, 5e-6)
+    first, first_state, _ = timer._scaffold_program(shape, "float32", plan)
+    second, second_state, _ = timer._scaffold_program(shape, "float32", plan)
+    assert first is second and first_state[0][0] is not second_state[0][0]
+    other = timer._scaffold_program(shape, "bfloat16", plan)[0]
+    assert other is not first
+
+
 def test_gpu_stream_events_keep_the_gpu_streams_only(harness) -> None:
     events = [
         {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
