@@ -508,26 +508,39 @@ def fits_in_l2(moved: int, plan: LoopPlan, settings: Settings) -> bool:
     return moved * plan.n_sets < 2 * settings.cache_bytes
 
 
-def _run_samples(
-    compiled: Callable, state: tuple, scale: jax.Array, settings: Settings
-) -> tuple[list[float], int, tuple]:
-    """Seconds per executable call: pipelined calls, then one wait, repeated;
-    and the loop's state after them (its inputs are donated)."""
-    sets, outs = compiled(*state, scale)  # warm-up
-    jax.block_until_ready(outs)
-    started = time.perf_counter()
-    sets, outs = compiled(sets, outs, scale)
-    jax.block_until_ready(outs)
-    one_call = max(time.perf_counter() - started, 1e-7)
-    calls = max(1, min(1000, math.ceil(settings.sample_target_s / one_call)))
-    samples = []
+class LoopRun:
+    """A loop executable, warmed up, and its samples: seconds per executable call, from
+    pipelined calls and then one wait. Holds the loop's state between samples (its inputs
+    are donated)."""
+
+    def __init__(self, compiled: Callable, state: tuple, scale: jax.Array, settings: Settings) -> None:
+        self.compiled, self.scale = compiled, scale
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*donated buffers.*")
+            self.state = compiled(*state, scale)  # warm-up
+            jax.block_until_ready(self.state)
+            started = time.perf_counter()
+            self.state = compiled(*self.state, scale)
+            jax.block_until_ready(self.state)
+        one_call = max(time.perf_counter() - started, 1e-7)
+        self.calls = max(1, min(1000, math.ceil(settings.sample_target_s / one_call)))
+        self.samples: list[float] = []
+
+    def sample(self) -> None:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*donated buffers.*")
+            started = time.perf_counter()
+            for _ in range(self.calls):
+                self.state = self.compiled(*self.state, self.scale)
+            jax.block_until_ready(self.state)
+        self.samples.append((time.perf_counter() - started) / self.calls)
+
+
+def _run_samples(compiled: Callable, state: tuple, scale: jax.Array, settings: Settings) -> list[float]:
+    run = LoopRun(compiled, state, scale, settings)
     for _ in range(settings.repeats):
-        started = time.perf_counter()
-        for _ in range(calls):
-            sets, outs = compiled(sets, outs, scale)
-        jax.block_until_ready(outs)
-        samples.append((time.perf_counter() - started) / calls)
-    return samples, calls, (sets, outs)
+        run.sample()
+    return run.samples
 
 
 # Calls a loop trip, at least: each trip of an XLA:GPU loop pays a host round
@@ -599,20 +612,51 @@ class Timer:
         return compiled, plan, sets, outs, scale, time.perf_counter() - started
 
     def time_case(self, op: str, backend: str, shape: Shape, dtype_name: str) -> Timing:
-        compiled, plan, sets, outs, scale, compile_s = self.compile_loop(op, backend, shape, dtype_name)
-        loop = inspect_loop(compiled.as_text(), op, backend, plan)
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*donated buffers.*")
-            samples, calls, state = _run_samples(compiled, (sets, outs), scale, self.settings)
-        raw = [s / plan.calls for s in samples]
+        timing = self.time_cases(op, [backend], shape, dtype_name)[backend]
+        if isinstance(timing, Exception):
+            raise timing
+        return timing
+
+    def time_cases(self, op: str, backends: Sequence[str], shape: Shape,
+                   dtype_name: str) -> dict[str, Timing | Exception]:
+        """Each backend's loop for one case, their samples taken in turn (a, b, a, b, ...), so
+        that whatever drifts during the case (clocks, temperature, other work on the host)
+        weighs on every backend alike; a backend that fails gets its exception."""
+        runs: dict[str, tuple] = {}
+        results: dict[str, Timing | Exception] = {}
+        for backend in backends:
+            try:
+                compiled, plan, sets, outs, scale, compile_s = self.compile_loop(op, backend, shape, dtype_name)
+                loop = inspect_loop(compiled.as_text(), op, backend, plan)
+                runs[backend] = (LoopRun(compiled, (sets, outs), scale, self.settings), plan, loop, compile_s)
+            except Exception as error:  # noqa: BLE001 - one broken backend must not hide the others
+                results[backend] = error
+        for _ in range(self.settings.repeats):
+            for backend in list(runs):
+                try:
+                    runs[backend][0].sample()
+                except Exception as error:  # noqa: BLE001
+                    results[backend] = error
+                    del runs[backend]
+        for backend, (run, plan, loop, compile_s) in runs.items():
+            try:
+                results[backend] = self._finish(op, shape, dtype_name, run, plan, loop, compile_s)
+            except Exception as error:  # noqa: BLE001
+                results[backend] = error
+        return {backend: results[backend] for backend in backends}
+
+    def _finish(self, op: str, shape: Shape, dtype_name: str, run: LoopRun, plan: LoopPlan,
+                loop: LoopReport, compile_s: float) -> Timing:
+        """A loop's Timing from its samples: less the scaffold, and its device time where asked."""
+        raw = [s / plan.calls for s in run.samples]
         scaffold = self._scaffold(shape, dtype_name, plan)
         net = [max(r - scaffold, 0.0) for r in raw]
-        timing = Timing(net, raw, scaffold, plan, calls, loop, compile_s)
+        timing = Timing(net, raw, scaffold, plan, run.calls, loop, compile_s)
         moved = bytes_moved(op, shape, jnp.dtype(DTYPES[dtype_name]).itemsize)
         if self.settings.device_time == "all" or (
                 self.settings.device_time == "l2" and fits_in_l2(moved, plan, self.settings)):
             try:
-                busy, timing.device_kernels = _device_busy_per_call(compiled, state, scale, plan)
+                busy, timing.device_kernels = _device_busy_per_call(run.compiled, run.state, run.scale, plan)
                 timing.device_s = max(busy - self._scaffold_device(shape, dtype_name, plan), 0.0)
             except Exception as error:  # noqa: BLE001 - a missing trace must not end the run
                 timing.device_note = f"{type(error).__name__}: {error}"[:200]
@@ -628,9 +672,7 @@ class Timer:
         key = _scaffold_key(shape, dtype_name, like)
         if key not in self._scaffold_cache:
             compiled, state, scale = self._scaffold_program(shape, dtype_name, like)
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*donated buffers.*")
-                samples, _, _ = _run_samples(compiled, state, scale, self.settings)
+            samples = _run_samples(compiled, state, scale, self.settings)
             self._scaffold_cache[key] = statistics.median(samples) / like.calls
         return self._scaffold_cache[key]
 
@@ -1219,48 +1261,61 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows: list[Row] = []
     for op, dtype_name, shape in cases:
         itemsize = jnp.dtype(DTYPES[dtype_name]).itemsize
-        xla_median, xla_device, xla_loop_ok = None, None, True
-        for backend in case_backends:
-            row = Row(op, shape.label, list(shape.dims), dtype_name, backend, bytes_moved(op, shape, itemsize))
-            try:
-                if do_test and backend in backends:
+        rows_by_backend = {b: Row(op, shape.label, list(shape.dims), dtype_name, b, bytes_moved(op, shape, itemsize))
+                           for b in case_backends}
+        for backend, row in rows_by_backend.items():
+            if do_test and backend in backends:
+                try:
                     row.test = dataclasses.asdict(check_case(op, backend, shape, dtype_name, keys, where))
-                if do_bench and backend in timed_backends:
-                    timing = (timer.time_pipelined if args.timing == "pipelined" else timer.time_case)(
-                        op, backend, shape, dtype_name)
-                    median = timing.median_s
-                    if backend == "xla":
-                        xla_median, xla_device, xla_loop_ok = median, timing.device_s, timing.loop.ok
-                    # A loop that did not compile as planned (XLA merging
-                    # calls, copies) times something else: no ratio from it.
-                    comparable = (xla_median and backend != "xla" and median > 0
-                                  and xla_loop_ok and timing.loop.ok)
-                    row.bench = {
-                        "median_us": median * 1e6,
-                        "min_us": min(timing.per_call_s) * 1e6,
-                        "max_us": max(timing.per_call_s) * 1e6,
-                        "spread_pct": (max(timing.per_call_s) - min(timing.per_call_s)) / median * 100
-                        if median > 0 else math.nan,
-                        "samples_us": [s * 1e6 for s in timing.per_call_s],
-                        "raw_median_us": statistics.median(timing.raw_per_call_s) * 1e6,
-                        "scaffold_us": timing.scaffold_s * 1e6,
-                        "tbps": row.bytes_moved / median / 1e12 if median > 0 else math.nan,
-                        "pct_of_ceiling": (row.bytes_moved / median / 1e12) / ceiling["tbps"] * 100
-                        if median > 0 else math.nan,
-                        "speedup_vs_xla": xla_median / median if comparable else None,
-                        "device_us": timing.device_s * 1e6 if timing.device_s is not None else None,
-                        "device_speedup_vs_xla": xla_device / timing.device_s
-                        if comparable and xla_device and timing.device_s else None,
-                        "device_note": timing.device_note,
-                        "device_kernels": timing.device_kernels,
-                        "scheme": timing.plan.scheme, "rotating_sets": timing.plan.n_sets,
-                        "calls_per_executable": timing.plan.calls, "executables_per_sample": timing.calls_per_sample,
-                        "l2_resident": fits_in_l2(row.bytes_moved, timing.plan, settings),
-                        "loop_ok": timing.loop.ok, "loop_detail": timing.loop.detail,
-                        "compile_s": timing.compile_s,
-                    }
-            except Exception as error:  # noqa: BLE001 - one broken case must not hide the others
-                row.error = f"{type(error).__name__}: {error}"[:500]
+                except Exception as error:  # noqa: BLE001 - one broken case must not hide the others
+                    row.error = f"{type(error).__name__}: {error}"[:500]
+        timings: dict[str, Timing | Exception] = {}
+        if do_bench:
+            timed = [b for b in case_backends if b in timed_backends]
+            if args.timing == "pipelined":
+                for backend in timed:
+                    try:
+                        timings[backend] = timer.time_pipelined(op, backend, shape, dtype_name)
+                    except Exception as error:  # noqa: BLE001
+                        timings[backend] = error
+            else:
+                timings = timer.time_cases(op, timed, shape, dtype_name)
+        xla = timings.get("xla")
+        xla_ok = isinstance(xla, Timing)
+        for backend, row in rows_by_backend.items():
+            timing = timings.get(backend)
+            if isinstance(timing, Exception):
+                row.error = row.error or f"{type(timing).__name__}: {timing}"[:500]
+            elif timing is not None:
+                median = timing.median_s
+                # A loop that did not compile as planned (XLA merging
+                # calls, copies) times something else: no ratio from it.
+                comparable = (xla_ok and backend != "xla" and median > 0 and xla.median_s > 0
+                              and xla.loop.ok and timing.loop.ok)
+                row.bench = {
+                    "median_us": median * 1e6,
+                    "min_us": min(timing.per_call_s) * 1e6,
+                    "max_us": max(timing.per_call_s) * 1e6,
+                    "spread_pct": (max(timing.per_call_s) - min(timing.per_call_s)) / median * 100
+                    if median > 0 else math.nan,
+                    "samples_us": [s * 1e6 for s in timing.per_call_s],
+                    "raw_median_us": statistics.median(timing.raw_per_call_s) * 1e6,
+                    "scaffold_us": timing.scaffold_s * 1e6,
+                    "tbps": row.bytes_moved / median / 1e12 if median > 0 else math.nan,
+                    "pct_of_ceiling": (row.bytes_moved / median / 1e12) / ceiling["tbps"] * 100
+                    if median > 0 else math.nan,
+                    "speedup_vs_xla": xla.median_s / median if comparable else None,
+                    "device_us": timing.device_s * 1e6 if timing.device_s is not None else None,
+                    "device_speedup_vs_xla": xla.device_s / timing.device_s
+                    if comparable and xla.device_s and timing.device_s else None,
+                    "device_note": timing.device_note,
+                    "device_kernels": timing.device_kernels,
+                    "scheme": timing.plan.scheme, "rotating_sets": timing.plan.n_sets,
+                    "calls_per_executable": timing.plan.calls, "executables_per_sample": timing.calls_per_sample,
+                    "l2_resident": fits_in_l2(row.bytes_moved, timing.plan, settings),
+                    "loop_ok": timing.loop.ok, "loop_detail": timing.loop.detail,
+                    "compile_s": timing.compile_s,
+                }
             rows.append(row)
             progress.step(f"{op} {shape.label} {dtype_name} {backend}")
     progress.close()

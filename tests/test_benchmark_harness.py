@@ -122,6 +122,38 @@ def test_no_speedup_from_a_loop_that_went_wrong(harness, tmp_path: Path, monkeyp
     assert rows["cpu"]["bench"]["median_us"] > 0 and rows["cpu"]["bench"]["speedup_vs_xla"] is None
 
 
+def test_backends_take_their_samples_in_turn(harness, monkeypatch) -> None:
+    """A case's backends alternate sample by sample, so that a drift during the case weighs on
+    both; a backend that fails to build leaves the others timed."""
+    order = []
+    real_sample = harness.LoopRun.sample
+
+    def recorded(run):
+        order.append(run)
+        real_sample(run)
+
+    real_compile = harness.Timer.compile_loop
+
+    def broken_for(backend_that_fails):
+        def compile_loop(self, op, backend, shape, dtype_name):
+            if backend == backend_that_fails:
+                raise RuntimeError("no kernel")
+            return real_compile(self, op, backend, shape, dtype_name)
+        return compile_loop
+
+    monkeypatch.setattr(harness.LoopRun, "sample", recorded)
+    timer = harness.Timer(harness.CPU_SETTINGS, 2e10, 5e-6, 0)
+    shape = harness.parse_shape("64x256")
+    timings = timer.time_cases("reduce_sum", ["xla", "cpu"], shape, "float32")
+    repeats = harness.CPU_SETTINGS.repeats
+    loops = order[:2 * repeats]  # then the scaffold's own samples
+    assert len(set(loops)) == 2 and loops == [loops[0], loops[1]] * repeats
+    assert all(len(t.per_call_s) == repeats for t in timings.values())
+    monkeypatch.setattr(harness.Timer, "compile_loop", broken_for("cpu"))
+    timings = timer.time_cases("reduce_sum", ["xla", "cpu"], shape, "float32")
+    assert isinstance(timings["cpu"], RuntimeError) and timings["xla"].median_s > 0
+
+
 def test_xla_elementwise_loop_has_no_copies(harness) -> None:
     """XLA's own add takes the link fused: with the in-place update it copied x whole every call."""
     timer = harness.Timer(harness.CPU_SETTINGS, 2e10, 5e-6, 0)
