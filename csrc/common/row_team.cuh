@@ -512,24 +512,58 @@ inline int PrefetchSharedBytes(const RowLaunch& plan, int bytes_per_thread) {
   return prefetches ? bytes_per_thread * plan.threads : 0;
 }
 
-// The clusters of `config` (of `cluster` blocks) that fit on the device at
-// once, asked of the driver once per kernel, device and shape: the handlers
-// run on XLA's launch path (as CachedDeviceAttribute).
-inline ffi::ErrorOr<int> CachedResidentClusters(const void* kernel, int cluster,
-                                                const cudaLaunchConfig_t& config) {
+// The launch of `plan` on `stream` with `shared_bytes` of dynamic shared
+// memory, in clusters of plan.cluster blocks where that is more than one;
+// `cluster_dims` holds that attribute, and must outlive the configuration.
+inline cudaLaunchConfig_t RowLaunchConfig(const RowLaunch& plan, int shared_bytes,
+                                          cudaStream_t stream,
+                                          cudaLaunchAttribute& cluster_dims) {
+  cluster_dims = {};
+  cluster_dims.id = cudaLaunchAttributeClusterDimension;
+  cluster_dims.val.clusterDim = {static_cast<unsigned>(plan.cluster), 1, 1};
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(plan.blocks);
+  config.blockDim = dim3(plan.threads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &cluster_dims;
+  config.numAttrs = plan.cluster > 1 ? 1 : 0;
+  return config;
+}
+
+// Readies `kernel` for `plan`'s clusters where they need it, past 8 blocks
+// or with shared memory to prefetch into: each a function attribute that a
+// launch or an occupancy query needs set first. Sets them, and asks the
+// driver how many such clusters the device holds at once, once per kernel,
+// device and plan shape: the handlers run on XLA's launch path (as
+// CachedDeviceAttribute), and the attributes last as long as the context.
+template <typename... Params>
+ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
+                                       RowKernel<Params...> kernel) {
+  const int prefetch_bytes = PrefetchSharedBytes(plan, kernel.prefetch_bytes_per_thread);
   int device = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "querying the device"));
-  using Key = std::tuple<const void*, int, int, unsigned, size_t>;
-  const Key key{kernel, device, cluster, config.blockDim.x, config.dynamicSmemBytes};
+  using Key = std::tuple<const void*, int, int, int, int>;
+  const Key key{reinterpret_cast<const void*>(kernel.function), device, plan.cluster,
+                plan.threads, prefetch_bytes};
   static std::mutex mutex;
   static std::map<Key, int> known;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (auto found = known.find(key); found != known.end()) return found->second;
   }
+  if (plan.cluster > kMaxPortableClusterBlocks)
+    status = cudaFuncSetAttribute(kernel.function,
+                                  cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (status == cudaSuccess && prefetch_bytes > 0)
+    status = cudaFuncSetAttribute(kernel.function, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  prefetch_bytes);
+  if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, what));
+  cudaLaunchAttribute cluster_dims;
+  const cudaLaunchConfig_t config = RowLaunchConfig(plan, prefetch_bytes, nullptr, cluster_dims);
   int clusters = 0;
-  status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+  status = cudaOccupancyMaxActiveClusters(&clusters, kernel.function, &config);
   if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "sizing the grid"));
   std::lock_guard<std::mutex> lock(mutex);
   known.emplace(key, clusters);
@@ -545,36 +579,17 @@ inline ffi::ErrorOr<int> CachedResidentClusters(const void* kernel, int cluster,
 template <typename... Params, typename... Args>
 ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch& plan,
                          RowKernel<Params...> kernel, Args... args) {
-  if (plan.cluster > kMaxPortableClusterBlocks) {
-    JAX_CAMP_RETURN_IF_ERROR(CheckCuda(
-        cudaFuncSetAttribute(kernel.function, cudaFuncAttributeNonPortableClusterSizeAllowed, 1),
-        what));
-  }
   const int prefetch_bytes = PrefetchSharedBytes(plan, kernel.prefetch_bytes_per_thread);
-  if (prefetch_bytes > 0) {
-    JAX_CAMP_RETURN_IF_ERROR(CheckCuda(
-        cudaFuncSetAttribute(kernel.function, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             prefetch_bytes),
-        what));
-  }
-  cudaLaunchAttribute cluster_dims = {};
-  cluster_dims.id = cudaLaunchAttributeClusterDimension;
-  cluster_dims.val.clusterDim.x = plan.cluster;
-  cluster_dims.val.clusterDim.y = 1;
-  cluster_dims.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(plan.blocks);
-  config.blockDim = dim3(plan.threads);
-  config.dynamicSmemBytes = prefetch_bytes;
-  config.stream = stream;
-  config.attrs = &cluster_dims;
-  config.numAttrs = plan.cluster > 1 ? 1 : 0;
-  if (prefetch_bytes > 0) {
-    const auto resident = CachedResidentClusters(
-        reinterpret_cast<const void*>(kernel.function), plan.cluster, config);
+  int resident_clusters = 0;
+  if (plan.cluster > kMaxPortableClusterBlocks || prefetch_bytes > 0) {
+    const auto resident = PrepareClusterKernel(what, plan, kernel);
     if (!resident.has_value()) return resident.error();
-    if (*resident > 0) config.gridDim.x = std::min(plan.blocks, *resident * plan.cluster);
+    resident_clusters = *resident;
   }
+  cudaLaunchAttribute cluster_dims;
+  cudaLaunchConfig_t config = RowLaunchConfig(plan, prefetch_bytes, stream, cluster_dims);
+  if (prefetch_bytes > 0 && resident_clusters > 0)
+    config.gridDim.x = std::min(plan.blocks, resident_clusters * plan.cluster);
   return CheckCuda(cudaLaunchKernelEx(&config, kernel.function, args..., plan.lanes), what);
 }
 
