@@ -95,6 +95,10 @@ struct RowTeam {
     }
   }
 
+  // Where this thread's pack i of a chunk is among the chunk's packs
+  // (RowChunk): the team's loads of pack i are contiguous.
+  __device__ int PackOf(int i) const { return i * lanes + lane; }
+
   // This thread's row in the block's current group of rows starting at
   // `group`. The loop over groups is uniform across the block (the cluster),
   // so every thread reaches every reduction; rows past the end are simply
@@ -203,7 +207,7 @@ struct RowChunk {
     const auto* first_packs = reinterpret_cast<const typename StoredPack::MemoryPack*>(first);
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
-      const int p = i * team.lanes + team.lane;
+      const int p = team.PackOf(i);
       // Clamped rather than skipped: a predicated-off load keeps the chunk in
       // registers, where a branch around it sent 16-bit chunks to the stack.
       packs[i].Load(first_packs + (p < count ? p : 0));
@@ -216,7 +220,7 @@ struct RowChunk {
   __device__ __forceinline__ void ForEach(int count, const RowTeam& team, Visit visit) const {
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
-      const int p = i * team.lanes + team.lane;
+      const int p = team.PackOf(i);
       if (p < count) {
         float values[kPack];
 #pragma unroll
@@ -235,7 +239,7 @@ struct RowChunk {
       float with_pack = total;
 #pragma unroll
       for (int k = 0; k < kPack; ++k) with_pack += packs[i].Get(k);
-      total = i * team.lanes + team.lane < count ? with_pack : total;
+      total = team.PackOf(i) < count ? with_pack : total;
     }
     return total;
   }
@@ -287,7 +291,7 @@ class NextRow {
     const auto* row_packs = reinterpret_cast<const uint4*>(row);
     // Thread 0's lane is the block's first in the team.
     auto run_packs = [&](int i) {
-      const int left = num_packs - (i * team.lanes + team.lane);
+      const int left = num_packs - team.PackOf(i);
       return static_cast<unsigned>(left <= 0 ? 0 : left < blockDim.x ? left : blockDim.x);
     };
     unsigned bytes = 0;
@@ -296,6 +300,8 @@ class NextRow {
     // that overwrite it.
     hopper::FenceBeforeBulkCopies();
     hopper::ArriveExpectingBytes(arrival_, bytes);
+    // Pack PackOf(i), stepped to as pointers: as one int offset, ptxas laid
+    // out the prefetching kernels' registers otherwise (untimed).
     for (int i = 0; i < kChunk; ++i) {
       const unsigned packs = run_packs(i);
       if (packs > 0)
