@@ -900,16 +900,12 @@ def profile_cross_check(timer: Timer, backend: str, op: str, shape: Shape, dtype
     try:
         compiled, plan, sets, outs, scale, _ = timer.compile_loop(op, backend, shape, dtype_name)
         kernels, wall = _traced_loop_run(compiled, (sets, outs), scale)
-        counts: dict[str, int] = {}
-        for e in kernels:
-            counts[e["name"]] = counts.get(e["name"], 0) + 1
-        top = sorted(counts.items(), key=lambda kv: -kv[1])[:6]
         return {
             "available": True, "op": op, "backend": backend, "shape": shape.label, "dtype": dtype_name,
-            "calls_in_executable": plan.calls, "expected_kernel_launches": plan.calls * kernels_per_call(op),
+            "calls_in_executable": plan.calls, "expected_launches_per_call": kernels_per_call(op),
             "kernel_busy_us_per_call": busy_seconds(kernels) / plan.calls * 1e6,
             "wall_us_per_call_traced": wall / plan.calls * 1e6,
-            "kernel_counts": dict(top),
+            "kernels_per_call": stream_breakdown(kernels, plan.calls, top=6),
         }
     except Exception as error:  # noqa: BLE001 - a cross-check must not end the run
         return {"available": False, "reason": f"{type(error).__name__}: {error}"[:400]}
