@@ -437,6 +437,14 @@ def build_program(op: str, backend: str, plan: LoopPlan) -> Callable:
     return jax.jit(program, donate_argnums=(0, 1))
 
 
+def compile_program(op: str, backend: str, plan: LoopPlan, sets, outs, scale) -> Callable:
+    """build_program's executable for these arguments. XLA warns, while compiling (never when
+    the executable runs), of donated loop state it cannot reuse; that is expected here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*donated buffers.*")
+        return build_program(op, backend, plan).lower(sets, outs, scale).compile()
+
+
 def initial_outputs(op: str, backend: str, plan: LoopPlan, sets) -> tuple:
     """Carry buffers for the outputs: the loop overwrites them."""
     if op == "scaffold":
@@ -515,24 +523,20 @@ class LoopRun:
 
     def __init__(self, compiled: Callable, state: tuple, scale: jax.Array, settings: Settings) -> None:
         self.compiled, self.scale = compiled, scale
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*donated buffers.*")
-            self.state = compiled(*state, scale)  # warm-up
-            jax.block_until_ready(self.state)
-            started = time.perf_counter()
-            self.state = compiled(*self.state, scale)
-            jax.block_until_ready(self.state)
+        self.state = compiled(*state, scale)  # warm-up
+        jax.block_until_ready(self.state)
+        started = time.perf_counter()
+        self.state = compiled(*self.state, scale)
+        jax.block_until_ready(self.state)
         one_call = max(time.perf_counter() - started, 1e-7)
         self.calls = max(1, min(1000, math.ceil(settings.sample_target_s / one_call)))
         self.samples: list[float] = []
 
     def sample(self) -> None:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*donated buffers.*")
-            started = time.perf_counter()
-            for _ in range(self.calls):
-                self.state = self.compiled(*self.state, self.scale)
-            jax.block_until_ready(self.state)
+        started = time.perf_counter()
+        for _ in range(self.calls):
+            self.state = self.compiled(*self.state, self.scale)
+        jax.block_until_ready(self.state)
         self.samples.append((time.perf_counter() - started) / self.calls)
 
 
@@ -606,9 +610,7 @@ class Timer:
         outs = initial_outputs(op, backend, plan, sets)
         scale = jnp.ones((), dtype)
         started = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*donated buffers.*")
-            compiled = build_program(op, backend, plan).lower(sets, outs, scale).compile()
+        compiled = compile_program(op, backend, plan, sets, outs, scale)
         return compiled, plan, sets, outs, scale, time.perf_counter() - started
 
     def time_case(self, op: str, backend: str, shape: Shape, dtype_name: str) -> Timing:
@@ -695,10 +697,7 @@ class Timer:
         scale = jnp.ones((), dtype)
         key = _scaffold_key(shape, dtype_name, plan)
         if key not in self._scaffold_executables:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=".*donated buffers.*")
-                self._scaffold_executables[key] = (
-                    build_program("scaffold", "xla", plan).lower(sets, outs, scale).compile())
+            self._scaffold_executables[key] = compile_program("scaffold", "xla", plan, sets, outs, scale)
         return self._scaffold_executables[key], (sets, outs), scale
 
     def time_pipelined(self, op: str, backend: str, shape: Shape, dtype_name: str) -> Timing:
