@@ -100,7 +100,7 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
       (const T*)y, (const T*)g, x, rows, cols);
   TimeRow<T, reduce_sum::Policy<T>>(
       "reduce", dtype, rows, cols,
-      [](auto p, auto c, auto) { return reduce_sum::ReduceSumKernel<T, decltype(p)::value, decltype(c)::value>; },
+      reduce_sum::SelectReduceSumKernel<T>{},
       (const T*)x, y, rows, cols);
   BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(y));

@@ -78,11 +78,14 @@ struct RowTeam {
   // (a cluster, consecutive in x). Lanes and block sizes are powers of two
   // (the launcher plans no others), so the team's geometry is shifts: with
   // divisions by runtime values, a 144x1280 reduce_sum executed three times
-  // XLA's instructions (ncu).
-  __device__ explicit RowTeam(int team_lanes) : lanes(team_lanes) {
+  // XLA's instructions (ncu). `spans_blocks`: whether the team may be a
+  // cluster (the kernel's kClusters); a kernel whose teams never are leaves
+  // out the geometry for them, which sat between its start and its first
+  // load.
+  __device__ RowTeam(int team_lanes, bool spans_blocks) : lanes(team_lanes) {
     lanes_log2 = __ffs(team_lanes) - 1;
     const int block_log2 = __ffs(blockDim.x) - 1;
-    if (lanes_log2 <= block_log2) {
+    if (!spans_blocks || lanes_log2 <= block_log2) {
       lane = threadIdx.x & (team_lanes - 1);
       first_row = int64_t{blockIdx.x} << (block_log2 - lanes_log2);
       row_stride = int64_t{gridDim.x} << (block_log2 - lanes_log2);
@@ -391,7 +394,7 @@ enum class RowLayout { kHeld, kHeldInCluster, kStreamed };
 template <RowLayout kLayout>
 using RowLayoutTag = std::integral_constant<RowLayout, kLayout>;
 
-// A row kernel's launch plan: `chunk` packs a thread (a power of two),
+// A row kernel's launch plan: `chunk` packs a thread,
 // `lanes` threads a row, in teams of one block or of `cluster` blocks.
 struct RowLaunch {
   int chunk;
@@ -424,8 +427,13 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams share block
 //   `max_threads` (bfloat16 1024x262144 backward: 514 us held in 16 blocks
 //   of 512, 634 us streamed). Rows longer still are streamed through one
 //   block of `max_threads`, chunk after chunk.
-// - chunk: the fewest packs a thread that hold the row (a power of two), so
-//   short rows keep few registers and many warps resident.
+// - chunk: for a team within a block, the fewest packs a thread that hold
+//   the row, so that short rows keep few registers and many warps resident
+//   and load nothing past their end. Rounded up to a power of two, as
+//   before, 3 of the 8 packs a thread of bfloat16 1008x1280 reduce_sum fell
+//   past the row, and ptxas issued the chunk's loads in two rounds: 2.49 us
+//   in CUDA graphs, 2.07 with 5 packs (docs/performance_notes.md, v14).
+//   Clusters and streams take the most (see LaunchRowKernelAs).
 // - grid: one team a row, capped at 4 waves of resident blocks; the kernels
 //   loop over the remaining rows. Grids too small to fill the SMs take more
 //   lanes a row (PlanRowLaunch).
@@ -447,9 +455,7 @@ inline int RowLanes(int64_t num_packs, const RowLimits& limits) {
 // The plan for a given number of lanes a row (a power of two).
 inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lanes,
                                         const RowLimits& limits, int sm_count) {
-  int chunk = 1;
-  while (int64_t{lanes} * chunk < num_packs && chunk < limits.max_chunk) chunk *= 2;
-  const bool held = int64_t{lanes} * chunk >= num_packs;
+  const bool held = int64_t{lanes} * limits.max_chunk >= num_packs;
   int threads = lanes;
   int cluster = 1;
   if (lanes <= limits.shared_block_lanes) {
@@ -458,6 +464,9 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
     threads = std::max(limits.cluster_threads, lanes / kMaxClusterBlocks);
     cluster = lanes / threads;
   }  // streamed rows keep to one block
+  const int chunk = held && cluster == 1
+                        ? static_cast<int>((num_packs + lanes - 1) / lanes)
+                        : limits.max_chunk;
   const int64_t rows_per_block = std::max(1, threads / lanes);
   const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block * cluster;
   const int64_t clusters_cap = int64_t{sm_count} * (2048 / threads) * 4 / cluster;
@@ -490,11 +499,11 @@ inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, const RowLimits&
   return PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count);
 }
 
-// f(IntTag<c>{}) for the power of two c == chunk, c <= kMaxChunk.
+// f(IntTag<chunk>{}), for 1 <= chunk <= kMaxChunk.
 template <int kMaxChunk, typename F>
 ffi::Error DispatchChunk(int chunk, F f) {
   if constexpr (kMaxChunk > 1) {
-    if (chunk < kMaxChunk) return DispatchChunk<kMaxChunk / 2>(chunk, f);
+    if (chunk < kMaxChunk) return DispatchChunk<kMaxChunk - 1>(chunk, f);
   }
   return f(IntTag<kMaxChunk>{});
 }

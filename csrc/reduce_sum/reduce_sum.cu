@@ -21,10 +21,7 @@ ffi::Error ReduceSumCuda(cudaStream_t stream, ffi::AnyBuffer x,
     T* sums = static_cast<T*>(out->untyped_data());
     return LaunchRowKernel<T, Policy<T>>(
         "launching reduce_sum", stream, rows, cols, IsAligned(in, 16),
-        [](auto pack, auto chunk, auto) {  // one kernel for every layout
-          return ReduceSumKernel<T, decltype(pack)::value, decltype(chunk)::value>;
-        },
-        in, sums, rows, cols);
+        SelectReduceSumKernel<T>{}, in, sums, rows, cols);
   });
 }
 

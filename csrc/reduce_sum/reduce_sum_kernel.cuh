@@ -43,22 +43,25 @@ using Policy = RowPolicy<8 * kPack128<T>, 512, 32, 0, 8, 64>;
 template <typename T>
 constexpr int kMinBlocks = sizeof(T) == 4 ? 1 : 2;
 
-template <typename T, int kPack, int kChunk>
+// kStreamed: rows longer than the team's chunks, summed chunk by chunk; a
+// held row is one chunk, with no loop around it to set up before its loads.
+template <typename T, int kPack, int kChunk, bool kStreamed>
 __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
     ReduceSumKernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols,
                     int lanes) {
+  constexpr bool kClusters = Policy<T>::kClusters;
   __shared__ RowScratch<float> scratch;
-  RowTeam team(lanes);
-  team.Begin<Policy<T>::kClusters>(scratch);
+  RowTeam team(lanes, kClusters);
+  team.Begin<kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
     const T* x_row = x + (valid ? row : 0) * cols;
     float partial = 0.f;
-    ForEachChunkOf(valid ? num_packs : 0, lanes * kChunk, [&](int64_t first, int count) {
+    auto add_chunk = [&](const T* first, int count) {
       RowChunk<T, kPack, kChunk> chunk;
-      chunk.Load(x_row + first * kPack, count, team);
+      chunk.Load(first, count, team);
       // Float32 through Sum: 4% faster at some shapes, 4% slower at others
       // (-v12-probes.txt, probe 2).
       if constexpr (sizeof(T) == 4) {
@@ -69,12 +72,29 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
       } else {
         partial = chunk.Sum(count, team, partial);
       }
-    });
-    const float total = team.Reduce<Policy<T>::kClusters, Policy<T>::kSharedBlockTeams>(
+    };
+    if constexpr (kStreamed) {
+      ForEachChunkOf(valid ? num_packs : 0, lanes * kChunk, [&](int64_t first, int count) {
+        add_chunk(x_row + first * kPack, count);
+      });
+    } else {
+      add_chunk(x_row, valid ? static_cast<int>(num_packs) : 0);
+    }
+    const float total = team.Reduce<kClusters, Policy<T>::kSharedBlockTeams>(
         partial, SumOp{}, scratch);
     if (valid && team.lane == 0) out[row] = FromFloat<T>(total);
   }
-  team.Finish<Policy<T>::kClusters>();
+  team.Finish<kClusters>();
 }
+
+// The kernel for a plan's pack, chunk and layout (see LaunchRowKernelAs);
+// reduce_sum's teams are never clusters.
+template <typename T>
+struct SelectReduceSumKernel {
+  template <typename Pack, typename Chunk, typename Layout>
+  auto operator()(Pack, Chunk, Layout) const {
+    return ReduceSumKernel<T, Pack::value, Chunk::value, Layout::value == RowLayout::kStreamed>;
+  }
+};
 
 }  // namespace jax_camp::reduce_sum
