@@ -548,9 +548,10 @@ inline cudaLaunchConfig_t RowLaunchConfig(const RowLaunch& plan, int shared_byte
 
 // Readies `kernel` for `plan`'s clusters where they need it, past 8 blocks
 // or with shared memory to prefetch into: each a function attribute that a
-// launch or an occupancy query needs set first. Sets them, and asks the
-// driver how many such clusters the device holds at once, once per kernel,
-// device and plan shape: the handlers run on XLA's launch path (as
+// launch or an occupancy query needs set first. Sets them and, for a kernel
+// that prefetches (whose grid LaunchRowPlan sizes by it), asks the driver how
+// many such clusters the device holds at once (0 for others), once per
+// kernel, device and plan shape: the handlers run on XLA's launch path (as
 // CachedDeviceAttribute), and the attributes last as long as the context.
 template <typename... Params>
 ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
@@ -575,11 +576,14 @@ ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
     status = cudaFuncSetAttribute(kernel.function, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   prefetch_bytes);
   if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, what));
-  cudaLaunchAttribute cluster_dims;
-  const cudaLaunchConfig_t config = RowLaunchConfig(plan, prefetch_bytes, nullptr, cluster_dims);
   int clusters = 0;
-  status = cudaOccupancyMaxActiveClusters(&clusters, kernel.function, &config);
-  if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "sizing the grid"));
+  if (prefetch_bytes > 0) {
+    cudaLaunchAttribute cluster_dims;
+    const cudaLaunchConfig_t config =
+        RowLaunchConfig(plan, prefetch_bytes, nullptr, cluster_dims);
+    status = cudaOccupancyMaxActiveClusters(&clusters, kernel.function, &config);
+    if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "sizing the grid"));
+  }
   std::lock_guard<std::mutex> lock(mutex);
   known.emplace(key, clusters);
   return clusters;
