@@ -428,12 +428,13 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams share block
 //   of 512, 634 us streamed). Rows longer still are streamed through one
 //   block of `max_threads`, chunk after chunk.
 // - chunk: for a team within a block, the fewest packs a thread that hold
-//   the row, so that short rows keep few registers and many warps resident
-//   and load nothing past their end. Rounded up to a power of two, as
-//   before, 3 of the 8 packs a thread of bfloat16 1008x1280 reduce_sum fell
-//   past the row, and ptxas issued the chunk's loads in two rounds: 2.49 us
-//   in CUDA graphs, 2.07 with 5 packs (docs/performance_notes.md, v14).
-//   Clusters and streams take the most (see LaunchRowKernelAs).
+//   the row, so that short rows keep few registers and many warps resident,
+//   and no thread loads more than one pack it does not use. Rounded up to a
+//   power of two, as before, 3 of the 8 packs a thread of bfloat16 1008x1280
+//   reduce_sum fell past the row, and ptxas issued the chunk's loads in two
+//   rounds: 2.49 us in CUDA graphs, 2.07 with 5 packs
+//   (docs/performance_notes.md, v14). Clusters and streams take the most
+//   (see LaunchRowKernelAs).
 // - grid: one team a row, capped at 4 waves of resident blocks; the kernels
 //   loop over the remaining rows. Grids too small to fill the SMs take more
 //   lanes a row (PlanRowLaunch).
