@@ -180,6 +180,25 @@ def test_plan(plan, kernel, cols, pack):
         assert p["lanes"] == p["threads"] * p["cluster"] and p["blocks"] % p["cluster"] == 0
 
 
+# The most packs a thread for float32's 16-byte packs: 64 values forward, 32 backward
+# (y's and g's chunks), 32 for reduce_sum (128 bytes).
+MAX_CHUNK_PACK4 = {"forward": 16, "backward": 8, "reduce": 8}
+
+
+@pytest.mark.parametrize("kernel", sorted(MAX_CHUNK_PACK4))
+def test_teams_within_a_block_hold_the_fewest_packs_that_hold_the_row(plan, kernel):
+    """A thread loads at most one pack it does not use (a chunk rounded up to a power of two
+    loaded up to three: bfloat16 1008x1280 reduce_sum held 8 packs where 5 hold the row);
+    clusters and streamed rows take the most packs a thread."""
+    for cols in (8, 40, 136, 1000, 1280, 2304, 3000, 5000, 12_000, 40_000, 300_000):
+        p = plan(kernel, 65536, cols, 4)
+        packs = cols // 4
+        if p["cluster"] == 1 and p["holds"]:
+            assert p["lanes"] * (p["chunk"] - 1) < packs <= p["lanes"] * p["chunk"], (cols, p)
+        else:
+            assert p["chunk"] == MAX_CHUNK_PACK4[kernel], (cols, p)
+
+
 @pytest.mark.parametrize("kernel,rows,cols,pack,lanes", [
     ("reduce", 144, 1280, 8, 128),   # 32 lanes for many rows
     ("reduce", 144, 1280, 4, 128),   # 64
