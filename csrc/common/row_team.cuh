@@ -548,22 +548,22 @@ inline cudaLaunchConfig_t RowLaunchConfig(const RowLaunch& plan, int shared_byte
 }
 
 // Readies `kernel` for `plan`'s clusters where they need it, past 8 blocks
-// or with shared memory to prefetch into: each a function attribute that a
-// launch or an occupancy query needs set first. Sets them and, for a kernel
-// that prefetches (whose grid LaunchRowPlan sizes by it), asks the driver how
-// many such clusters the device holds at once (0 for others), once per
-// kernel, device and plan shape: the handlers run on XLA's launch path (as
-// CachedDeviceAttribute), and the attributes last as long as the context.
+// or with `prefetch_bytes` of shared memory to prefetch into: each a function
+// attribute that a launch or an occupancy query needs set first. Sets them
+// and, for a kernel that prefetches (whose grid LaunchRowPlan sizes by it),
+// asks the driver how many such clusters the device holds at once (0 for
+// others), once per kernel, device and plan shape: the handlers run on XLA's
+// launch path (as CachedDeviceAttribute), and the attributes last as long as
+// the context.
 template <typename... Params>
 ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
-                                       RowKernel<Params...> kernel) {
-  const int prefetch_bytes = PrefetchSharedBytes(plan, kernel.prefetch_bytes_per_thread);
+                                       void (*kernel)(Params...), int prefetch_bytes) {
   int device = 0;
   cudaError_t status = cudaGetDevice(&device);
   if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "querying the device"));
   using Key = std::tuple<const void*, int, int, int, int>;
-  const Key key{reinterpret_cast<const void*>(kernel.function), device, plan.cluster,
-                plan.threads, prefetch_bytes};
+  const Key key{reinterpret_cast<const void*>(kernel), device, plan.cluster, plan.threads,
+                prefetch_bytes};
   static std::mutex mutex;
   static std::map<Key, int> known;
   {
@@ -571,10 +571,9 @@ ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
     if (auto found = known.find(key); found != known.end()) return found->second;
   }
   if (plan.cluster > kMaxPortableClusterBlocks)
-    status = cudaFuncSetAttribute(kernel.function,
-                                  cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
   if (status == cudaSuccess && prefetch_bytes > 0)
-    status = cudaFuncSetAttribute(kernel.function, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   prefetch_bytes);
   if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, what));
   int clusters = 0;
@@ -582,7 +581,7 @@ ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
     cudaLaunchAttribute cluster_dims;
     const cudaLaunchConfig_t config =
         RowLaunchConfig(plan, prefetch_bytes, nullptr, cluster_dims);
-    status = cudaOccupancyMaxActiveClusters(&clusters, kernel.function, &config);
+    status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
     if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "sizing the grid"));
   }
   std::lock_guard<std::mutex> lock(mutex);
@@ -602,13 +601,13 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
   const int prefetch_bytes = PrefetchSharedBytes(plan, kernel.prefetch_bytes_per_thread);
   int resident_clusters = 0;
   if (plan.cluster > kMaxPortableClusterBlocks || prefetch_bytes > 0) {
-    const auto resident = PrepareClusterKernel(what, plan, kernel);
+    const auto resident = PrepareClusterKernel(what, plan, kernel.function, prefetch_bytes);
     if (!resident.has_value()) return resident.error();
     resident_clusters = *resident;
   }
   cudaLaunchAttribute cluster_dims;
   cudaLaunchConfig_t config = RowLaunchConfig(plan, prefetch_bytes, stream, cluster_dims);
-  if (prefetch_bytes > 0 && resident_clusters > 0)
+  if (resident_clusters > 0)  // a prefetching kernel's
     config.gridDim.x = std::min(plan.blocks, resident_clusters * plan.cluster);
   return CheckCuda(cudaLaunchKernelEx(&config, kernel.function, args..., plan.lanes), what);
 }
