@@ -43,7 +43,7 @@ __global__ void NoKernel(int) {}
 int Refuse() {
   const RowLaunch plan = {8, 8192, 16, 512, 16, RowLayout::kHeldInCluster};
   const ffi::Error error = LaunchRowKernelAs<softmax::ForwardPolicy, 4>(
-      "launching", nullptr, plan, [](auto, auto, auto) { return NoKernel; });
+      "launching", nullptr, plan, [](auto, auto, auto, int) { return NoKernel; });
   printf("%s\n", error.failure() ? error.message().c_str() : "launched");
   return 0;
 }
@@ -69,8 +69,31 @@ int Prefetch() {
   return 0;
 }
 
+// The lanes that the reduce_sum kernel chosen for a float32 plan of 8 packs
+// a thread and `lanes` lanes is compiled for (0: it reads them at run time).
+template <int kPack, bool kStreamed>
+int CompiledLanes(int lanes) {
+  constexpr RowLayout kLayout = kStreamed ? RowLayout::kStreamed : RowLayout::kHeld;
+  const auto kernel = reduce_sum::SelectReduceSumKernel<float>{}(
+      IntTag<kPack>{}, IntTag<8>{}, RowLayoutTag<kLayout>{}, lanes);
+  int compiled_for = -1;
+  auto check = [&](auto fixed) {
+    constexpr int kLanes = decltype(fixed)::value;
+    if (kernel == reduce_sum::ReduceSumKernel<float, kPack, 8, kStreamed, kLanes>)
+      compiled_for = kLanes;
+  };
+  check(IntTag<0>{}), check(IntTag<32>{}), check(IntTag<64>{}), check(IntTag<128>{});
+  printf("%d\n", compiled_for);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (!strcmp(argv[1], "refuse")) return Refuse();
+  if (!strcmp(argv[1], "compiled_lanes")) {
+    const int lanes = atoi(argv[3]);
+    if (!strcmp(argv[2], "streamed")) return CompiledLanes<4, true>(lanes);
+    return !strcmp(argv[2], "packed") ? CompiledLanes<4, false>(lanes) : CompiledLanes<1, false>(lanes);
+  }
   if (!strcmp(argv[1], "prefetch")) return Prefetch();
   if (!strcmp(argv[1], "tiles")) return Tiles(atoll(argv[2]));
   const char* kernel = argv[1];
@@ -236,8 +259,23 @@ def test_no_clusters_without_device_support(plan):
 def test_grid_is_capped_and_whole_clusters(plan):
     p = plan("backward", 4096, 32768, 4)
     assert p["cluster"] == 4 and p["blocks"] % 4 == 0 and p["blocks"] < 4096 * 4
+    assert p["blocks"] == 132 * (2048 // 256) * 4  # clusters: 4 waves of resident blocks
+    p = plan("forward", 1048576, 128, 4)
+    assert p["blocks"] == 132 * (2048 // 256) * 8  # others 8, rows looped over
     p = plan("forward", 262144, 128, 4)
-    assert p["blocks"] == 132 * (2048 // 256) * 4  # 4 waves of resident blocks, rows looped over
+    assert p["blocks"] == 262144 // (256 // 8)  # fewer: a team a row
+
+
+@pytest.mark.parametrize("rows,lanes,compiled_for", [
+    ("packed", 32, 32), ("packed", 64, 64), ("packed", 128, 128),
+    ("packed", 8, 0), ("packed", 256, 0), ("unaligned", 64, 0), ("streamed", 512, 0),
+])
+def test_sums_of_short_packed_rows_have_their_lanes_compiled_in(plan, rows, lanes, compiled_for):
+    """SelectReduceSumKernel: held rows in 16-byte packs of 32, 64 and 128 lanes (the camp's shapes)
+    get a kernel compiled for their lanes; other lanes, unaligned and streamed rows read them."""
+    out = subprocess.run([str(plan.binary), "compiled_lanes", rows, str(lanes)],
+                         capture_output=True, text=True, check=True).stdout
+    assert int(out) == compiled_for
 
 
 def test_launcher_refuses_a_plan_it_has_no_kernel_for(plan):

@@ -20,9 +20,10 @@ SHAPES = [
     (3, 40_000), (3, 40_001), (2, 65_544),  # past one chunk a thread: streamed
     # Many short rows: the policy's warp lanes and chunks, which few rows grow out of.
     (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (1024, 1536), (1024, 3000),
-    # Teams of two warps sharing a block, four rows a block: a last block part-filled, and
-    # more rows than the grid holds (the loop over rows).
+    # Teams of two warps sharing a block, four rows a block: a last block part-filled.
     (1001, 1280), (1002, 2304), (17001, 1100),
+    # More rows than a grid's teams (8 waves of resident blocks): each takes its rows in turn.
+    (600_000, 5),
 ]
 
 

@@ -33,13 +33,15 @@ from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_
 # few rows take more lanes a row than many rows of the same length
 # (PlanRowLaunch), so short rows come both ways: a few (warp lanes grown to a
 # block) and 1024-4096 of them (the policy's own warp lanes and chunks).
+# 600_000 rows of 5 are more than a grid's teams (8 waves of resident blocks),
+# which then take their rows in turn.
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,), (5, 8),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
     (3, 5, 64), (70000, 3), (4, 3000), (3, 5000), (3, 12_000), (3, 20_000),
     (3, 40_000), (3, 40_001), (2, 65_544), (2, 200_000), (2, 300_000), (2, 600_000),
     (2, 70_001), (40, 150_000), (24, 300_000),
-    (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024),
+    (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (600_000, 5),
 ]
 
 

@@ -435,9 +435,10 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams share block
 //   rounds: 2.49 us in CUDA graphs, 2.07 with 5 packs
 //   (docs/performance_notes.md, v14). Clusters and streams take the most
 //   (see LaunchRowKernelAs).
-// - grid: one team a row, capped at 4 waves of resident blocks; the kernels
-//   loop over the remaining rows. Grids too small to fill the SMs take more
-//   lanes a row (PlanRowLaunch).
+// - grid: one team a row, capped at kGridWaves waves of resident blocks
+//   (kClusterGridWaves for clusters); the kernels loop over the remaining
+//   rows. Grids too small to fill the SMs take more lanes a row
+//   (PlanRowLaunch).
 inline int RowLanes(int64_t num_packs, const RowLimits& limits) {
   constexpr int64_t kMinChunk = 4;
   const int64_t max_lanes =
@@ -452,6 +453,20 @@ inline int RowLanes(int64_t num_packs, const RowLimits& limits) {
   while (lanes < lanes_wanted) lanes *= 2;
   return lanes;
 }
+
+// A grid's cap in waves of resident blocks (2048 threads an SM). Each block
+// takes its rows in turn, an equal share but for one, so that with a few
+// blocks an SM some SMs end a row later than the rest; 8 waves cut that
+// tail, and more blocks than that each paid their launch for too little
+// work. On the H200 in CUDA graphs, against 4 waves: the float32 forward at
+// 65536x1024 131.1 -> 128.8 us, 32768x2048 135.5 -> 133.3, 1048576x32 66.3
+// -> 65.0, the backward at 65536x1024 186.7 -> 185.3; at most 0.5% slower
+// elsewhere. A row each (no cap) lost up to 9% at 32-column rows. Cluster
+// teams keep 4: a cluster's blocks are placed together, and bfloat16
+// 4096x32768's backward ran 1% slower at 8 waves, 10% with a cluster a row
+// (benchmarks/results/2026-11-30-h200-v15-probes.txt, probe 2).
+constexpr int kGridWaves = 8;
+constexpr int kClusterGridWaves = 4;
 
 // The plan for a given number of lanes a row (a power of two).
 inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lanes,
@@ -470,7 +485,8 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
                         : limits.max_chunk;
   const int64_t rows_per_block = std::max(1, threads / lanes);
   const int64_t wanted = (rows + rows_per_block - 1) / rows_per_block * cluster;
-  const int64_t clusters_cap = int64_t{sm_count} * (2048 / threads) * 4 / cluster;
+  const int waves = cluster > 1 ? kClusterGridWaves : kGridWaves;
+  const int64_t clusters_cap = int64_t{sm_count} * (2048 / threads) * waves / cluster;
   const int64_t cap = std::max<int64_t>(clusters_cap, 1) * cluster;
   const RowLayout layout = !held        ? RowLayout::kStreamed
                            : cluster > 1 ? RowLayout::kHeldInCluster
@@ -618,19 +634,20 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
   return LaunchRowPlan(what, stream, plan, RowKernel<Params...>{kernel, 0}, args...);
 }
 
-// Launches select_kernel(IntTag<pack>, IntTag<chunk>, RowLayoutTag<layout>)
-// (a kernel or a RowKernel) under `plan` with args..., plan.lanes. A team
-// gets more lanes than a block only once its threads hold the most they may,
-// so rows are streamed or held in clusters only at the largest chunk, and
-// only that chunk has kernels for those layouts: a kernel that holds its rows
-// in one block can then keep to the registers that this needs.
+// Launches select_kernel(IntTag<pack>, IntTag<chunk>, RowLayoutTag<layout>,
+// plan.lanes) (a kernel or a RowKernel; the lanes are for kernels compiled
+// for a team size) under `plan` with args..., plan.lanes. A team gets more
+// lanes than a block only once its threads hold the most they may, so rows
+// are streamed or held in clusters only at the largest chunk, and only that
+// chunk has kernels for those layouts: a kernel that holds its rows in one
+// block can then keep to the registers that this needs.
 template <typename Policy, int kPack, typename SelectKernel, typename... Args>
 ffi::Error LaunchRowKernelAs(const char* what, cudaStream_t stream, const RowLaunch& plan,
                              SelectKernel select_kernel, Args... args) {
   constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, kPack);
   auto launch = [&](auto chunk, auto layout) {
-    return LaunchRowPlan(what, stream, plan, select_kernel(IntTag<kPack>{}, chunk, layout),
-                         args...);
+    return LaunchRowPlan(what, stream, plan,
+                         select_kernel(IntTag<kPack>{}, chunk, layout, plan.lanes), args...);
   };
   return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
     if constexpr (decltype(chunk)::value == kMaxChunk) {

@@ -45,13 +45,15 @@ constexpr int kMinBlocks = sizeof(T) == 4 ? 1 : 2;
 
 // kStreamed: rows longer than the team's chunks, summed chunk by chunk; a
 // held row is one chunk, with no loop around it to set up before its loads.
-template <typename T, int kPack, int kChunk, bool kStreamed>
+// kLanes: the team's lanes where the kernel is compiled for them (see
+// SelectReduceSumKernel), else 0 and the launch's `lanes`.
+template <typename T, int kPack, int kChunk, bool kStreamed, int kLanes>
 __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
     ReduceSumKernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols,
                     int lanes) {
   constexpr bool kClusters = Policy<T>::kClusters;
   __shared__ RowScratch<float> scratch;
-  RowTeam team(lanes, kClusters);
+  RowTeam team(kLanes > 0 ? kLanes : lanes, kClusters);
   team.Begin<kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
@@ -74,7 +76,7 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
       }
     };
     if constexpr (kStreamed) {
-      ForEachChunkOf(valid ? num_packs : 0, lanes * kChunk, [&](int64_t first, int count) {
+      ForEachChunkOf(valid ? num_packs : 0, team.lanes * kChunk, [&](int64_t first, int count) {
         add_chunk(x_row + first * kPack, count);
       });
     } else {
@@ -87,13 +89,32 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
   team.Finish<kClusters>();
 }
 
-// The kernel for a plan's pack, chunk and layout (see LaunchRowKernelAs);
-// reduce_sum's teams are never clusters.
+// The kernel for a plan's pack, chunk, layout and lanes (see
+// LaunchRowKernelAs); reduce_sum's teams are never clusters. Held rows of 32,
+// 64 and 128 lanes, those of 128 to 1024 packs such as the camp's shapes,
+// take a kernel compiled for their lanes: there a launch lasts a few
+// microseconds, and the team's geometry worked out from a runtime lane count
+// stood between the kernel's start and its first load. In CUDA graphs on the
+// H200: bfloat16 1008x1280 1.70 -> 1.61 us, 4080x1536 2.95 -> 2.84, float32
+// 144x1280 1.38 -> 1.35 (benchmarks/results/2026-11-30-h200-v14-probes.txt,
+// probe 5). Other lane counts, and rows not in 16-byte packs, keep one
+// kernel a chunk.
 template <typename T>
 struct SelectReduceSumKernel {
   template <typename Pack, typename Chunk, typename Layout>
-  auto operator()(Pack, Chunk, Layout) const {
-    return ReduceSumKernel<T, Pack::value, Chunk::value, Layout::value == RowLayout::kStreamed>;
+  auto operator()(Pack, Chunk, Layout, int lanes) const {
+    constexpr bool kStreamed = Layout::value == RowLayout::kStreamed;
+    auto kernel = [](auto fixed_lanes) {
+      return ReduceSumKernel<T, Pack::value, Chunk::value, kStreamed, decltype(fixed_lanes)::value>;
+    };
+    if constexpr (!kStreamed && Pack::value > 1) {
+      switch (lanes) {
+        case 32: return kernel(IntTag<32>{});
+        case 64: return kernel(IntTag<64>{});
+        case 128: return kernel(IntTag<128>{});
+      }
+    }
+    return kernel(IntTag<0>{});
   }
 };
 

@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
 template <typename T>
 struct SelectForwardKernel {
   template <typename Pack, typename Chunk, typename Layout>
-  auto operator()(Pack, Chunk, Layout) const {
+  auto operator()(Pack, Chunk, Layout, int /*lanes*/) const {
     return RowKernel{SoftmaxForwardKernel<T, Pack::value, Chunk::value, Layout::value>,
                      kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
   }
@@ -361,7 +361,7 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
 template <typename T>
 struct SelectBackwardKernel {
   template <typename Pack, typename Chunk, typename Layout>
-  auto operator()(Pack, Chunk, Layout) const {
+  auto operator()(Pack, Chunk, Layout, int /*lanes*/) const {
     return RowKernel{SoftmaxBackwardKernel<T, Pack::value, Chunk::value, Layout::value>,
                      kBackwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
   }
