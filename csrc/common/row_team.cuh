@@ -454,16 +454,15 @@ inline int RowLanes(int64_t num_packs, const RowLimits& limits) {
   return lanes;
 }
 
-// A grid's cap in waves of resident blocks (2048 threads an SM). Each block
-// takes its rows in turn, an equal share but for one, so that with a few
-// blocks an SM some SMs end a row later than the rest; 8 waves cut that
-// tail, and more blocks than that each paid their launch for too little
-// work. On the H200 in CUDA graphs, against 4 waves: the float32 forward at
-// 65536x1024 131.1 -> 128.8 us, 32768x2048 135.5 -> 133.3, 1048576x32 66.3
-// -> 65.0, the backward at 65536x1024 186.7 -> 185.3; at most 0.5% slower
-// elsewhere. A row each (no cap) lost up to 9% at 32-column rows. Cluster
-// teams keep 4: a cluster's blocks are placed together, and bfloat16
-// 4096x32768's backward ran 1% slower at 8 waves, 10% with a cluster a row
+// A grid's cap in waves of resident blocks (2048 threads an SM); the
+// kernels loop over the rows past it. Against v14's 4 waves, 8 ran held rows
+// within a block up to 2% faster on the H200 in CUDA graphs (float32 forward
+// 65536x1024 131.1 -> 128.8 us, 32768x2048 135.5 -> 133.3, 1048576x32 66.3 ->
+// 65.0; backward 65536x1024 186.7 -> 185.3) and at most 0.7% slower elsewhere.
+// A team a row, no cap, lost up to 9% on 32-column rows (reduce_sum
+// 1048576x32 37.1 -> 40.3 us), whose blocks have little work each. Cluster
+// teams keep 4 waves: at 8 the bfloat16 backward at 4096x32768 ran up to 1.3%
+// slower, with a cluster a row 11% slower
 // (benchmarks/results/2026-11-30-h200-v15-probes.txt, probe 2).
 constexpr int kGridWaves = 8;
 constexpr int kClusterGridWaves = 4;

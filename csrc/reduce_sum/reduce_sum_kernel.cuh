@@ -91,14 +91,14 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
 
 // The kernel for a plan's pack, chunk, layout and lanes (see
 // LaunchRowKernelAs); reduce_sum's teams are never clusters. Held rows of 32,
-// 64 and 128 lanes, those of 128 to 1024 packs such as the camp's shapes,
-// take a kernel compiled for their lanes: there a launch lasts a few
-// microseconds, and the team's geometry worked out from a runtime lane count
-// stood between the kernel's start and its first load. In CUDA graphs on the
-// H200: bfloat16 1008x1280 1.70 -> 1.61 us, 4080x1536 2.95 -> 2.84, float32
-// 144x1280 1.38 -> 1.35 (benchmarks/results/2026-11-30-h200-v14-probes.txt,
-// probe 5). Other lane counts, and rows not in 16-byte packs, keep one
-// kernel a chunk.
+// 64 and 128 lanes in 16-byte packs, those of 128 to 1024 packs such as the
+// camp's shapes, take a kernel compiled for their lanes: a launch there lasts
+// a few microseconds, and working out the team's geometry from a lane count
+// read at run time sat between the kernel's start and its first load. On the
+// H200 in CUDA graphs: bfloat16 1008x1280 1.93 -> 1.86 us, 4080x1536 4.54 ->
+// 4.46, float32 1008x2304 3.77 -> 3.70; float32 144x1280 unchanged
+// (benchmarks/results/2026-11-30-h200-v15-probes.txt, probe 1). Other lane
+// counts, and unaligned rows, keep one kernel a chunk.
 template <typename T>
 struct SelectReduceSumKernel {
   template <typename Pack, typename Chunk, typename Layout>
