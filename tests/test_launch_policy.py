@@ -185,15 +185,20 @@ def _team(p: dict[str, int]) -> str:
     if p["cluster"] > 1:
         return f"cluster of {p['cluster']}"
     if p["lanes"] < p["threads"]:
-        assert p["threads"] == 256  # teams that share a block (kRowsBlockThreads)
         return f"{p['lanes']} lanes"
     return f"block of {p['threads']}"
+
+
+# The threads of a block that teams share (RowPolicy::kRowsBlockThreads).
+ROWS_BLOCK_THREADS = {"forward": 64, "backward": 256, "reduce": 256}
 
 
 @pytest.mark.parametrize("kernel,cols,pack", list(EXPECTED))
 def test_plan(plan, kernel, cols, pack):
     p = plan(kernel, 65536, cols, pack)  # enough rows to fill the GPU: no small-grid lanes
     assert (_team(p), p["chunk"], p["holds"]) == EXPECTED[(kernel, cols, pack)]
+    if p["lanes"] < p["threads"]:
+        assert p["threads"] == ROWS_BLOCK_THREADS[kernel]
     expected_layout = "streamed" if not p["holds"] else "held in a cluster" if p["cluster"] > 1 else "held"
     assert p["layout"] == expected_layout
     if p["cluster"] > 1:
@@ -261,9 +266,9 @@ def test_grid_is_capped_and_whole_clusters(plan):
     assert p["cluster"] == 4 and p["blocks"] % 4 == 0 and p["blocks"] < 4096 * 4
     assert p["blocks"] == 132 * (2048 // 256) * 4  # clusters: 4 waves of resident blocks
     p = plan("forward", 1048576, 128, 4)
-    assert p["blocks"] == 132 * (2048 // 256) * 8  # others 8, rows looped over
+    assert p["threads"] == 64 and p["blocks"] == 132 * (2048 // 64) * 8  # others 8, rows looped over
     p = plan("forward", 262144, 128, 4)
-    assert p["blocks"] == 262144 // (256 // 8)  # fewer: a team a row
+    assert p["blocks"] == 262144 // (64 // 8)  # fewer: a team a row
 
 
 @pytest.mark.parametrize("rows,lanes,compiled_for", [

@@ -351,13 +351,14 @@ __host__ __device__ constexpr int ChunkPacks(int chunk_elements, int pack) {
 // __launch_bounds__), the lanes a row it prefers (kTeamLanes; see RowLanes),
 // the block size of its cluster teams (kClusterBlockThreads; 0 for none:
 // rows longer than a block holds are then streamed), the fewest lanes a
-// row (kMinLanes; see RowLanes), and the most lanes a row whose team shares
-// a block of kRowsBlockThreads with other rows' teams (kSharedBlockLanes: 32,
-// a warp's, or 64 or 128; its kernel then passes kSharedBlockTeams to
-// RowTeam::Reduce).
+// row (kMinLanes; see RowLanes), the most lanes a row whose team shares a
+// block with other rows' teams (kSharedBlockLanes: 32, a warp's, or 64 or
+// 128; its kernel then passes kSharedBlockTeams to RowTeam::Reduce), and the
+// threads of such a block (kRowsBlockThreads, a power of two, at least
+// kSharedBlockLanes and a warp).
 template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue,
           int kClusterBlockThreadsValue = 0, int kMinLanesValue = 8,
-          int kSharedBlockLanesValue = 32>
+          int kSharedBlockLanesValue = 32, int kRowsBlockThreadsValue = 256>
 struct RowPolicy {
   static constexpr int kMaxChunkElements = kMaxChunkElementsValue;
   static constexpr int kMaxThreads = kMaxThreadsValue;
@@ -367,6 +368,10 @@ struct RowPolicy {
   static constexpr int kMinLanes = kMinLanesValue;
   static constexpr int kSharedBlockLanes = kSharedBlockLanesValue;
   static constexpr bool kSharedBlockTeams = kSharedBlockLanes > 32;
+  static constexpr int kRowsBlockThreads = kRowsBlockThreadsValue;
+  static_assert(kRowsBlockThreads >= kSharedBlockLanes && kRowsBlockThreads >= 32 &&
+                    (kRowsBlockThreads & (kRowsBlockThreads - 1)) == 0,
+                "blocks that teams share hold whole teams and warps");
 };
 
 // A policy's limits in packs, for one pack size and device.
@@ -377,13 +382,14 @@ struct RowLimits {
   int cluster_threads;     // threads a block of a cluster team; 0: no clusters
   int min_lanes;           // fewest lanes a row
   int shared_block_lanes;  // most lanes a row that share a block with other rows
+  int rows_block_threads;  // threads a block that such rows share
 };
 
 template <typename Policy>
 RowLimits LimitsOf(int pack, bool clusters) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
           clusters ? Policy::kClusterBlockThreads : 0, Policy::kMinLanes,
-          Policy::kSharedBlockLanes};
+          Policy::kSharedBlockLanes, Policy::kRowsBlockThreads};
 }
 
 // How a team covers its row: held in its registers, by warp lanes or a
@@ -405,8 +411,6 @@ struct RowLaunch {
   RowLayout layout;
 };
 
-constexpr int kRowsBlockThreads = 256;  // the block size when teams share blocks
-
 // The row kernels' shared launch policy, for rows of `num_packs` packs, from
 // timing each kernel under several plans on the H200
 // (scripts/row_policy_bench.cu; docs/performance_notes.md, v3 to v6):
@@ -418,7 +422,7 @@ constexpr int kRowsBlockThreads = 256;  // the block size when teams share block
 //   the forward takes 4, with 4 packs each, where rows are that short
 //   (bfloat16 262144x128: 33.2 us against 34.5 in 8 lanes, in CUDA graphs).
 //   Up to 32 lanes share a warp with other rows, and up to `shared_block_lanes`
-//   a block of kRowsBlockThreads; beyond, a block takes each row: small
+//   a block of `rows_block_threads`; beyond, a block takes each row: small
 //   blocks, whose load, reduce and store phases overlap with other blocks',
 //   beat large ones.
 //   Rows that need more lanes than `cluster_threads` take a cluster of blocks
@@ -474,7 +478,7 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
   int threads = lanes;
   int cluster = 1;
   if (lanes <= limits.shared_block_lanes) {
-    threads = kRowsBlockThreads;
+    threads = limits.rows_block_threads;
   } else if (limits.cluster_threads > 0 && lanes > limits.cluster_threads && held) {
     threads = std::max(limits.cluster_threads, lanes / kMaxClusterBlocks);
     cluster = lanes / threads;

@@ -38,8 +38,13 @@ namespace jax_camp::softmax {
 // float32 then ran at 98% of the copy ceiling, read once, where one block
 // streamed it. The forward's, of 512 threads: float32 1024x262144 in 670 us
 // (8 blocks) against 791 streamed, bfloat16 in 359 against 417. The forward
-// gives rows of up to 16 packs 4 lanes (see RowLanes).
-using ForwardPolicy = RowPolicy<64, 512, 128, 512, 4>;
+// gives rows of up to 16 packs 4 lanes (see RowLanes), and its teams of up to
+// a warp share blocks of 64 threads, not 256: in CUDA graphs float32
+// 262144x128 66.1 -> 65.1 us, 131072x512 129.8 -> 128.6, bfloat16 65536x1024
+// 66.0 -> 65.2, 262144x128 34.3 -> 34.0; blocks of 128 ran as 256, and the
+// backward and reduce_sum gained nothing from either
+// (benchmarks/results/2026-11-30-h200-v15-probes.txt, probe 7).
+using ForwardPolicy = RowPolicy<64, 512, 128, 512, 4, 32, 64>;
 using BackwardPolicy = RowPolicy<32, 512, 64, 256>;
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
