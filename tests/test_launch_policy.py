@@ -87,8 +87,18 @@ int CompiledLanes(int lanes) {
   return 0;
 }
 
+// A float32 reduce_sum plan's lanes and block threads, and the block threads
+// that its kernel, compiled for those lanes, takes as a constant.
+int TeamBlock(long rows, long cols) {
+  using Policy = reduce_sum::Policy<float>;
+  const RowLaunch plan = Plan<Policy>(rows, cols, 4, false);
+  printf("%d %d %d\n", plan.lanes, plan.threads, TeamBlockThreads<Policy>(plan.lanes));
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (!strcmp(argv[1], "refuse")) return Refuse();
+  if (!strcmp(argv[1], "team_block")) return TeamBlock(atol(argv[2]), atol(argv[3]));
   if (!strcmp(argv[1], "compiled_lanes")) {
     const int lanes = atoi(argv[3]);
     if (!strcmp(argv[2], "streamed")) return CompiledLanes<4, true>(lanes);
@@ -281,6 +291,17 @@ def test_sums_of_short_packed_rows_have_their_lanes_compiled_in(plan, rows, lane
     out = subprocess.run([str(plan.binary), "compiled_lanes", rows, str(lanes)],
                          capture_output=True, text=True, check=True).stdout
     assert int(out) == compiled_for
+
+
+@pytest.mark.parametrize("rows,cols,lanes", [(65536, 512, 32), (4080, 1536, 64), (2032, 2304, 128),
+                                             (144, 1280, 128)])
+def test_float32_sums_compiled_for_their_lanes_get_the_blocks_they_assume(plan, rows, cols, lanes):
+    """reduce_sum's kBlockKnown: a float32 kernel compiled for its lanes takes its block's threads as
+    a constant (TeamBlockThreads); its plan must launch it in blocks of that many threads."""
+    out = subprocess.run([str(plan.binary), "team_block", str(rows), str(cols)],
+                         capture_output=True, text=True, check=True).stdout
+    planned_lanes, threads, assumed = map(int, out.split())
+    assert (planned_lanes, threads) == (lanes, assumed)
 
 
 def test_launcher_refuses_a_plan_it_has_no_kernel_for(plan):

@@ -173,7 +173,8 @@ __device__ __forceinline__ V WarpReduce(V v, Op op, int width = 32) {
 }
 
 // Tree reduction over a team of `team_warps` warps from `first_warp` on (a
-// power of two; by default the block, blockDim.x a power of two, 32 or more):
+// power of two; the whole block, a power of two of 32 threads or more, is
+// blockDim.x / 32 warps from 0):
 // warps reduce in registers, then every warp reduces its team's warps'
 // results from shared memory by the same butterfly, so every thread returns
 // its team's result, the same bits in each. One barrier, the block's (every
@@ -189,11 +190,6 @@ __device__ __forceinline__ V BlockReduce(V v, Op op, V* warp_results, int team_w
   if (threadIdx.x % 32 == 0) warp_results[threadIdx.x / 32] = v;
   __syncthreads();
   return WarpReduce(warp_results[first_warp + (threadIdx.x & (team_warps - 1))], op, team_warps);
-}
-
-template <typename V, typename Op>
-__device__ __forceinline__ V BlockReduce(V v, Op op, V* warp_results) {
-  return BlockReduce(v, op, warp_results, blockDim.x / 32, 0);
 }
 
 inline ffi::Error CheckCuda(cudaError_t status, const char* what) {

@@ -71,20 +71,26 @@ struct RowTeam {
   int64_t first_row;
   int64_t row_stride;
   int lanes_log2;
+  // The block's threads where the kernel is compiled for them, else 0 and
+  // BlockThreads() reads blockDim.x.
+  unsigned fixed_block_threads;
   int block_reductions = 0;
   int cluster_reductions = 0;
 
-  // A team of up to a block's threads, or of team_lanes / blockDim.x blocks
-  // (a cluster, consecutive in x). Lanes and block sizes are powers of two
-  // (the launcher plans no others), so the team's geometry is shifts: with
-  // divisions by runtime values, a 144x1280 reduce_sum executed three times
-  // XLA's instructions (ncu). `spans_blocks`: whether the team may be a
+  // A team of up to a block's threads, or of team_lanes / BlockThreads()
+  // blocks (a cluster, consecutive in x). Lanes and block sizes are powers of
+  // two (the launcher plans no others), so the team's geometry is shifts:
+  // with divisions by runtime values, a 144x1280 reduce_sum executed three
+  // times XLA's instructions (ncu). `spans_blocks`: whether the team may be a
   // cluster (the kernel's kClusters); a kernel whose teams never are leaves
   // out the geometry for them, which sat between its start and its first
-  // load.
-  __device__ RowTeam(int team_lanes, bool spans_blocks) : lanes(team_lanes) {
+  // load. A kernel compiled for its lanes may pass its block's threads too
+  // (TeamBlockThreads), so that the geometry and the reduction's steps are
+  // constants.
+  __device__ RowTeam(int team_lanes, bool spans_blocks, unsigned block_threads = 0)
+      : lanes(team_lanes), fixed_block_threads(block_threads) {
     lanes_log2 = __ffs(team_lanes) - 1;
-    const int block_log2 = __ffs(blockDim.x) - 1;
+    const int block_log2 = __ffs(static_cast<int>(BlockThreads())) - 1;
     if (!spans_blocks || lanes_log2 <= block_log2) {
       lane = threadIdx.x & (team_lanes - 1);
       first_row = int64_t{blockIdx.x} << (block_log2 - lanes_log2);
@@ -102,6 +108,10 @@ struct RowTeam {
   // (RowChunk): the team's loads of pack i are contiguous.
   __device__ int PackOf(int i) const { return i * lanes + lane; }
 
+  __device__ unsigned BlockThreads() const {
+    return fixed_block_threads > 0 ? fixed_block_threads : blockDim.x;
+  }
+
   // This thread's row in the block's current group of rows starting at
   // `group`. The loop over groups is uniform across the block (the cluster),
   // so every thread reaches every reduction; rows past the end are simply
@@ -115,7 +125,7 @@ struct RowTeam {
   __device__ void Begin(RowScratch<V>& scratch) const {
 #if __CUDA_ARCH__ >= 900
     if constexpr (kClusters) {
-      if (lanes > blockDim.x) {
+      if (lanes > BlockThreads()) {
         if (threadIdx.x == 0) {
           hopper::InitBarrier(&scratch.cluster_arrivals[0], 1);
           hopper::InitBarrier(&scratch.cluster_arrivals[1], 1);
@@ -137,14 +147,15 @@ struct RowTeam {
   __device__ V Reduce(V v, Op op, RowScratch<V>& scratch) {
     if (lanes <= 32) return WarpReduce(v, op, lanes);
     if constexpr (kSharedBlockTeams) {
-      if (lanes < blockDim.x) {
+      if (lanes < BlockThreads()) {
         const int team_warps = lanes >> 5;
         const int first_warp = (threadIdx.x >> 5) & ~(team_warps - 1);
         return BlockReduce(v, op, scratch.warps[block_reductions++ & 1], team_warps, first_warp);
       }
     }
-    v = BlockReduce(v, op, scratch.warps[block_reductions++ & 1]);
-    if (!kClusters || lanes <= blockDim.x) return v;
+    v = BlockReduce(v, op, scratch.warps[block_reductions++ & 1],
+                    static_cast<int>(BlockThreads() / 32), 0);
+    if (!kClusters || lanes <= BlockThreads()) return v;
     return ClusterReduce(v, op, scratch);
   }
 
@@ -155,7 +166,7 @@ struct RowTeam {
   __device__ void Finish() const {
 #if __CUDA_ARCH__ >= 900
     if constexpr (kClusters) {
-      if (lanes > blockDim.x) cooperative_groups::this_cluster().sync();
+      if (lanes > BlockThreads()) cooperative_groups::this_cluster().sync();
     }
 #endif
   }
@@ -178,7 +189,7 @@ struct RowTeam {
     const int round = cluster_reductions & 1;
     const unsigned parity = (cluster_reductions >> 1) & 1;
     ++cluster_reductions;
-    const int block_log2 = __ffs(blockDim.x) - 1;
+    const int block_log2 = __ffs(static_cast<int>(BlockThreads())) - 1;
     const int blocks = lanes >> block_log2;
     V* results = scratch.cluster_results[round];
     uint64_t* arrivals = &scratch.cluster_arrivals[round];
@@ -385,6 +396,19 @@ struct RowLimits {
   int rows_block_threads;  // threads a block that such rows share
 };
 
+// The threads of the blocks that teams of `lanes` run in outside clusters:
+// teams of up to `shared_block_lanes` share blocks of `rows_block_threads`,
+// larger ones take a block each. The planner (PlanRowLaunchWithLanes) and the
+// kernels compiled for their lanes both take it from here.
+__host__ __device__ constexpr int TeamBlockThreads(int lanes, int shared_block_lanes,
+                                                   int rows_block_threads) {
+  return lanes <= shared_block_lanes ? rows_block_threads : lanes;
+}
+template <typename Policy>
+__host__ __device__ constexpr int TeamBlockThreads(int lanes) {
+  return TeamBlockThreads(lanes, Policy::kSharedBlockLanes, Policy::kRowsBlockThreads);
+}
+
 template <typename Policy>
 RowLimits LimitsOf(int pack, bool clusters) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
@@ -475,11 +499,9 @@ constexpr int kClusterGridWaves = 4;
 inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lanes,
                                         const RowLimits& limits, int sm_count) {
   const bool held = int64_t{lanes} * limits.max_chunk >= num_packs;
-  int threads = lanes;
+  int threads = TeamBlockThreads(lanes, limits.shared_block_lanes, limits.rows_block_threads);
   int cluster = 1;
-  if (lanes <= limits.shared_block_lanes) {
-    threads = limits.rows_block_threads;
-  } else if (limits.cluster_threads > 0 && lanes > limits.cluster_threads && held) {
+  if (limits.cluster_threads > 0 && lanes > limits.cluster_threads && held) {
     threads = std::max(limits.cluster_threads, lanes / kMaxClusterBlocks);
     cluster = lanes / threads;
   }  // streamed rows keep to one block

@@ -43,6 +43,17 @@ using Policy = RowPolicy<8 * kPack128<T>, 512, 32, 0, 8, 64>;
 template <typename T>
 constexpr int kMinBlocks = sizeof(T) == 4 ? 1 : 2;
 
+// Whether a kernel compiled for its lanes takes its block's threads as a
+// constant too (RowTeam), which leaves its team's geometry and its reduction
+// without branches or loops. On the H200 in CUDA graphs, float32: 144x1280
+// 1.41 -> 1.33 us, 784x3840 2.91 -> 2.78, 1008x2304 2.60 -> 2.50, 2032x2304
+// 3.67 -> 3.58, 1008x1280 1.92 -> 1.95. bfloat16 ran slower for the same
+// instructions saved (144x1280 1.47 -> 1.53, 1008x2304 1.90 -> 2.01, 784x3840
+// 2.08 -> 2.16), and keeps reading blockDim.x
+// (benchmarks/results/2026-11-30-h200-v16-probes.txt, probe 4).
+template <typename T>
+constexpr bool kBlockKnown = sizeof(T) == 4;
+
 // kStreamed: rows longer than the team's chunks, summed chunk by chunk; a
 // held row is one chunk, with no loop around it to set up before its loads.
 // kLanes: the team's lanes where the kernel is compiled for them (see
@@ -53,7 +64,8 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
                     int lanes) {
   constexpr bool kClusters = Policy<T>::kClusters;
   __shared__ RowScratch<float> scratch;
-  RowTeam team(kLanes > 0 ? kLanes : lanes, kClusters);
+  RowTeam team(kLanes > 0 ? kLanes : lanes, kClusters,
+               kLanes > 0 && kBlockKnown<T> ? TeamBlockThreads<Policy<T>>(kLanes) : 0);
   team.Begin<kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
