@@ -4,8 +4,9 @@ The plans are host code: a small driver built with nvcc prints the plan that
 PlanRowLaunch makes for a shape, and the tests hold it to what the softmax and
 reduce_sum pages and tests/test_softmax.py say each row length gets: warp
 lanes, a block, a cluster of blocks (softmax only, Hopper only),
-or one block streaming the row; which plans prefetch their next row; and copy's and
-vector_add's grid (TileBlocks).
+or one block streaming the row; which plans prefetch their next row; which kernels are
+compiled for their lanes, and the blocks they then assume; and copy's and vector_add's grid
+(TileBlocks).
 Skips where nvcc is missing.
 """
 
