@@ -239,17 +239,19 @@ def test_teams_within_a_block_hold_the_fewest_packs_that_hold_the_row(plan, kern
 
 
 @pytest.mark.parametrize("kernel,rows,cols,pack,lanes", [
-    ("reduce", 144, 1280, 8, 128),   # 32 lanes for many rows
+    ("reduce", 144, 1280, 8, 64),    # 32 lanes for many rows; 16-bit sums stop at 64
     ("reduce", 144, 1280, 4, 128),   # 64
     ("reduce", 3, 128, 8, 16),       # one pack a lane at most
     ("forward", 144, 1280, 8, 128),  # 64
     ("backward", 144, 1280, 4, 128), # 64
     ("forward", 144, 1280, 4, 128),  # already 128
     ("reduce", 1008, 1280, 8, 32),   # enough rows: the policy's own
-    ("reduce", 3, 4096, 8, 128),     # 64, and no more than 128
+    ("reduce", 3, 4096, 8, 64),      # 64, and 16-bit sums no more
+    ("reduce", 3, 2048, 4, 128),     # 64, and float32 sums no more than 128
 ])
 def test_small_grids_take_more_lanes(plan, kernel, rows, cols, pack, lanes):
-    """Rows too few to give each SM 128 threads get more lanes, up to 128 and one pack each."""
+    """Rows too few to give each SM 128 threads get more lanes, up to one pack each and the
+    policy's kSmallGridLanes: 128, and 64 for 16-bit sums (pack 8)."""
     assert plan(kernel, rows, cols, pack)["lanes"] == lanes
 
 

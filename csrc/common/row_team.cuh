@@ -364,12 +364,14 @@ __host__ __device__ constexpr int ChunkPacks(int chunk_elements, int pack) {
 // rows longer than a block holds are then streamed), the fewest lanes a
 // row (kMinLanes; see RowLanes), the most lanes a row whose team shares a
 // block with other rows' teams (kSharedBlockLanes: 32, a warp's, or 64 or
-// 128; its kernel then passes kSharedBlockTeams to RowTeam::Reduce), and the
+// 128; its kernel then passes kSharedBlockTeams to RowTeam::Reduce), the
 // threads of such a block (kRowsBlockThreads, a power of two, at least
-// kSharedBlockLanes and a warp).
+// kSharedBlockLanes and a warp), and the most lanes a row that a grid too
+// small to fill the SMs gives its rows (kSmallGridLanes; see PlanRowLaunch).
 template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue,
           int kClusterBlockThreadsValue = 0, int kMinLanesValue = 8,
-          int kSharedBlockLanesValue = 32, int kRowsBlockThreadsValue = 256>
+          int kSharedBlockLanesValue = 32, int kRowsBlockThreadsValue = 256,
+          int kSmallGridLanesValue = 128>
 struct RowPolicy {
   static constexpr int kMaxChunkElements = kMaxChunkElementsValue;
   static constexpr int kMaxThreads = kMaxThreadsValue;
@@ -380,6 +382,7 @@ struct RowPolicy {
   static constexpr int kSharedBlockLanes = kSharedBlockLanesValue;
   static constexpr bool kSharedBlockTeams = kSharedBlockLanes > 32;
   static constexpr int kRowsBlockThreads = kRowsBlockThreadsValue;
+  static constexpr int kSmallGridLanes = kSmallGridLanesValue;
   static_assert(kRowsBlockThreads >= kSharedBlockLanes && kRowsBlockThreads >= 32 &&
                     (kRowsBlockThreads & (kRowsBlockThreads - 1)) == 0,
                 "blocks that teams share hold whole teams and warps");
@@ -394,6 +397,7 @@ struct RowLimits {
   int min_lanes;           // fewest lanes a row
   int shared_block_lanes;  // most lanes a row that share a block with other rows
   int rows_block_threads;  // threads a block that such rows share
+  int small_grid_lanes;    // most lanes a row on grids too small to fill the SMs
 };
 
 // The threads of the blocks that teams of `lanes` run in outside clusters:
@@ -413,7 +417,7 @@ template <typename Policy>
 RowLimits LimitsOf(int pack, bool clusters) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
           clusters ? Policy::kClusterBlockThreads : 0, Policy::kMinLanes,
-          Policy::kSharedBlockLanes, Policy::kRowsBlockThreads};
+          Policy::kSharedBlockLanes, Policy::kRowsBlockThreads, Policy::kSmallGridLanes};
 }
 
 // How a team covers its row: held in its registers, by warp lanes or a
@@ -520,22 +524,22 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
 }
 
 // Grids of fewer threads than this an SM give their rows more lanes (see
-// PlanRowLaunch), up to kSmallGridLanes and one pack a lane.
+// PlanRowLaunch), up to the policy's kSmallGridLanes and one pack a lane.
 constexpr int kSmallGridThreadsPerSm = 128;
-constexpr int kSmallGridLanes = 128;
 
 // RowLanes' lanes, more where the rows are too few to give each SM
 // kSmallGridThreadsPerSm threads. Such a grid finishes when its slowest
 // thread does, a chain of dependent loads, adds and shuffles, and more lanes
 // shorten it: in CUDA graphs on the H200, 144x1280 bfloat16 reduce_sum 2.04 ->
-// 1.81 us (32 -> 128 lanes), softmax backward 2.03 -> 1.93 (64 -> 128), float32
-// reduce_sum 1.71 -> 1.68; every other shape within 1.5%. Applied to more rows
-// it lost (bfloat16 2032x2304 reduce_sum 3.42 -> 3.76 us at 128 lanes)
-// (benchmarks/results/2026-11-30-h200-v10-probes.txt, probes 5 and 6).
+// 1.81 us (32 -> 128 lanes; since v16's kernels, 64 lanes are faster still,
+// see reduce_sum's Policy), softmax backward 2.03 -> 1.93 (64 -> 128),
+// float32 reduce_sum 1.71 -> 1.68; every other shape within 1.5%. Applied to
+// more rows it lost (bfloat16 2032x2304 reduce_sum 3.42 -> 3.76 us at 128
+// lanes) (benchmarks/results/2026-11-30-h200-v10-probes.txt, probes 5 and 6).
 inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, const RowLimits& limits,
                                int sm_count) {
   int lanes = RowLanes(num_packs, limits);
-  while (lanes < kSmallGridLanes && 2 * lanes <= num_packs &&
+  while (lanes < limits.small_grid_lanes && 2 * lanes <= num_packs &&
          rows * lanes < int64_t{sm_count} * kSmallGridThreadsPerSm)
     lanes *= 2;
   return PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count);

@@ -25,8 +25,13 @@ namespace jax_camp::reduce_sum {
 // 2.39 us, 2032x2304 3.24 -> 3.01, 784x3840 2.61 -> 2.44, float32 1008x1280
 // 2.47 -> 2.32; four warps sharing a block cost float32 1008x2304 and
 // 2032x2304 7-8% (benchmarks/results/2026-11-30-h200-v12-probes.txt, probe 4).
+// Grids too small to fill the SMs give 16-bit rows up to 64 lanes, float32
+// ones up to 128: at 144x1280 in CUDA graphs, bfloat16 ran 1.52 us in 64
+// lanes against 1.65 in 128, float32 1.64 against 1.58; and at every shape
+// with enough rows, bfloat16's 128-lane teams were the slower
+// (-v16-probes.txt, probe 1).
 template <typename T>
-using Policy = RowPolicy<8 * kPack128<T>, 512, 32, 0, 8, 64>;
+using Policy = RowPolicy<8 * kPack128<T>, 512, 32, 0, 8, 64, 256, sizeof(T) == 4 ? 128 : 64>;
 
 // Blocks an SM that a kernel's registers must leave room for. Left to
 // choose, ptxas kept a chunk in fewer registers by issuing its loads in
