@@ -158,7 +158,7 @@ EXPECTED = {
     ("forward", 128, 8): ("4 lanes", 4, True),
     ("forward", 64, 4): ("4 lanes", 4, True),
     ("forward", 1024, 4): ("block of 64", 4, True),
-    ("forward", 1280, 4): ("block of 128", 3, True),
+    ("forward", 1280, 4): ("block of 64", 5, True),  # a busy grid's: 128 lanes, 3 packs, halved
     ("forward", 8192, 4): ("block of 128", 16, True),
     ("forward", 32768, 4): ("block of 512", 16, True),
     ("forward", 40_000, 4): ("cluster of 2", 16, True),
@@ -252,6 +252,24 @@ def test_teams_within_a_block_hold_the_fewest_packs_that_hold_the_row(plan, kern
 def test_small_grids_take_more_lanes(plan, kernel, rows, cols, pack, lanes):
     """Rows too few to give each SM 128 threads get more lanes, up to one pack each and the
     policy's kSmallGridLanes: 128, and 64 for 16-bit sums (pack 8)."""
+    assert plan(kernel, rows, cols, pack)["lanes"] == lanes
+
+
+@pytest.mark.parametrize("kernel,rows,cols,pack,lanes", [
+    ("forward", 2032, 2304, 8, 64),   # 128 lanes of 3 packs; 64 of 5
+    ("forward", 4080, 1536, 8, 32),   # 64 of 3; 32 of 6
+    ("forward", 4080, 1536, 4, 64),   # 128 of 3; 64 of 6, not 32 of 12
+    ("forward", 1008, 2304, 8, 128),  # 1008 x 128 threads: not busy
+    ("forward", 784, 3840, 8, 128),   # not busy either
+    ("forward", 8192, 2048, 8, 64),   # 32 lanes would hold 8 packs
+    ("forward", 65536, 128, 8, 4),    # 2 lanes would hold 8 packs, and fewer than min_lanes
+    ("forward", 65536, 48, 4, 4),     # 2 lanes would hold 6 packs, but fewer than min_lanes
+    ("backward", 2032, 2304, 8, 128), # only the forward's policy halves
+    ("reduce", 4080, 1536, 8, 32),    # nor reduce_sum's
+])
+def test_busy_grids_take_fewer_lanes(plan, kernel, rows, cols, pack, lanes):
+    """Rows many enough to give each SM over 1024 threads halve their lanes while each thread
+    holds at most the policy's kBusyGridMaxChunk packs: 6 for the forward, none elsewhere."""
     assert plan(kernel, rows, cols, pack)["lanes"] == lanes
 
 

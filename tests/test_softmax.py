@@ -33,6 +33,8 @@ from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_
 # few rows take more lanes a row than many rows of the same length
 # (PlanRowLaunch), so short rows come both ways: a few (warp lanes grown to a
 # block) and 1024-4096 of them (the policy's own warp lanes and chunks).
+# Grids of many rows take fewer lanes a row, and more packs a thread, than
+# the row length alone gives (the forward's: 4096 rows of 1536, 6 packs).
 # 600_000 rows of 5 are more than a grid's teams (8 waves of resident blocks),
 # which then take their rows in turn.
 SHAPES = [
@@ -41,7 +43,8 @@ SHAPES = [
     (3, 5, 64), (70000, 3), (4, 3000), (3, 5000), (3, 12_000), (3, 20_000),
     (3, 40_000), (3, 40_001), (2, 65_544), (2, 200_000), (2, 300_000), (2, 600_000),
     (2, 70_001), (40, 150_000), (24, 300_000),
-    (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (600_000, 5),
+    (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (4096, 1536),
+    (600_000, 5),
 ]
 
 

@@ -366,12 +366,14 @@ __host__ __device__ constexpr int ChunkPacks(int chunk_elements, int pack) {
 // block with other rows' teams (kSharedBlockLanes: 32, a warp's, or 64 or
 // 128; its kernel then passes kSharedBlockTeams to RowTeam::Reduce), the
 // threads of such a block (kRowsBlockThreads, a power of two, at least
-// kSharedBlockLanes and a warp), and the most lanes a row that a grid too
-// small to fill the SMs gives its rows (kSmallGridLanes; see PlanRowLaunch).
+// kSharedBlockLanes and a warp), the most lanes a row that a grid too
+// small to fill the SMs gives its rows (kSmallGridLanes), and the most packs
+// a thread down to which a busy grid halves its rows' lanes
+// (kBusyGridMaxChunk; 0: it does not; see PlanRowLaunch for both).
 template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue,
           int kClusterBlockThreadsValue = 0, int kMinLanesValue = 8,
           int kSharedBlockLanesValue = 32, int kRowsBlockThreadsValue = 256,
-          int kSmallGridLanesValue = 128>
+          int kSmallGridLanesValue = 128, int kBusyGridMaxChunkValue = 0>
 struct RowPolicy {
   static constexpr int kMaxChunkElements = kMaxChunkElementsValue;
   static constexpr int kMaxThreads = kMaxThreadsValue;
@@ -383,6 +385,7 @@ struct RowPolicy {
   static constexpr bool kSharedBlockTeams = kSharedBlockLanes > 32;
   static constexpr int kRowsBlockThreads = kRowsBlockThreadsValue;
   static constexpr int kSmallGridLanes = kSmallGridLanesValue;
+  static constexpr int kBusyGridMaxChunk = kBusyGridMaxChunkValue;
   static_assert(kRowsBlockThreads >= kSharedBlockLanes && kRowsBlockThreads >= 32 &&
                     (kRowsBlockThreads & (kRowsBlockThreads - 1)) == 0,
                 "blocks that teams share hold whole teams and warps");
@@ -398,6 +401,7 @@ struct RowLimits {
   int shared_block_lanes;  // most lanes a row that share a block with other rows
   int rows_block_threads;  // threads a block that such rows share
   int small_grid_lanes;    // most lanes a row on grids too small to fill the SMs
+  int busy_grid_max_chunk; // most packs a thread that busy grids halve lanes to; 0: none
 };
 
 // The threads of the blocks that teams of `lanes` run in outside clusters:
@@ -417,7 +421,8 @@ template <typename Policy>
 RowLimits LimitsOf(int pack, bool clusters) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
           clusters ? Policy::kClusterBlockThreads : 0, Policy::kMinLanes,
-          Policy::kSharedBlockLanes, Policy::kRowsBlockThreads, Policy::kSmallGridLanes};
+          Policy::kSharedBlockLanes, Policy::kRowsBlockThreads, Policy::kSmallGridLanes,
+          Policy::kBusyGridMaxChunk};
 }
 
 // How a team covers its row: held in its registers, by warp lanes or a
@@ -524,8 +529,10 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
 }
 
 // Grids of fewer threads than this an SM give their rows more lanes (see
-// PlanRowLaunch), up to the policy's kSmallGridLanes and one pack a lane.
+// PlanRowLaunch), up to the policy's kSmallGridLanes and one pack a lane;
+// grids of more than kBusyGridThreadsPerSm, fewer.
 constexpr int kSmallGridThreadsPerSm = 128;
+constexpr int kBusyGridThreadsPerSm = 1024;
 
 // RowLanes' lanes, more where the rows are too few to give each SM
 // kSmallGridThreadsPerSm threads. Such a grid finishes when its slowest
@@ -536,12 +543,28 @@ constexpr int kSmallGridThreadsPerSm = 128;
 // float32 reduce_sum 1.71 -> 1.68; every other shape within 1.5%. Applied to
 // more rows it lost (bfloat16 2032x2304 reduce_sum 3.42 -> 3.76 us at 128
 // lanes) (benchmarks/results/2026-11-30-h200-v10-probes.txt, probes 5 and 6).
+// Where the rows are many enough to give each SM more than
+// kBusyGridThreadsPerSm threads, a policy with kBusyGridMaxChunk halves its
+// rows' lanes while each thread still holds at most that many packs (and
+// the row at least min_lanes): threads are then plentiful, and each one's
+// longer chunk puts more bytes in flight and leaves its team fewer to
+// combine. The softmax forward at 6 packs (96 bytes), in CUDA graphs on the
+// H200: bfloat16 2032x2304 5.51 -> 4.91 us, 4080x1536 5.93 -> 5.53, 4096x1280
+// 5.92 -> 4.92, 4080x2304 10.14 -> 8.50, 3000x3072 8.80 -> 7.88, float32
+// 4096x1280 9.22 -> 8.65, 2032x1280 4.77 -> 4.55; 0.7-1.3% slower at bfloat16
+// 65536x1536 and float32 4080x1536; to 8 packs and more it lost (bfloat16
+// 8192x2048 17.75 -> 18.05, 784x3840 3.78 -> 4.41)
+// (benchmarks/results/2026-11-30-h200-v17-probes.txt, probe 4).
 inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, const RowLimits& limits,
                                int sm_count) {
   int lanes = RowLanes(num_packs, limits);
   while (lanes < limits.small_grid_lanes && 2 * lanes <= num_packs &&
          rows * lanes < int64_t{sm_count} * kSmallGridThreadsPerSm)
     lanes *= 2;
+  while (lanes / 2 >= limits.min_lanes &&
+         rows * lanes > int64_t{sm_count} * kBusyGridThreadsPerSm &&
+         (num_packs + lanes / 2 - 1) / (lanes / 2) <= limits.busy_grid_max_chunk)
+    lanes /= 2;
   return PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count);
 }
 

@@ -43,8 +43,10 @@ namespace jax_camp::softmax {
 // 262144x128 66.1 -> 65.1 us, 131072x512 129.8 -> 128.6, bfloat16 65536x1024
 // 66.0 -> 65.2, 262144x128 34.3 -> 34.0; blocks of 128 ran as 256, and the
 // backward and reduce_sum gained nothing from either
-// (benchmarks/results/2026-11-30-h200-v15-probes.txt, probe 7).
-using ForwardPolicy = RowPolicy<64, 512, 128, 512, 4, 32, 64>;
+// (benchmarks/results/2026-11-30-h200-v15-probes.txt, probe 7). On grids of
+// many rows it halves a row's lanes while each thread holds at most 6 packs
+// (see PlanRowLaunch); the backward and reduce_sum were not measured so.
+using ForwardPolicy = RowPolicy<64, 512, 128, 512, 4, 32, 64, 128, 6>;
 using BackwardPolicy = RowPolicy<32, 512, 64, 256>;
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
