@@ -5,7 +5,10 @@
 #   scripts/gpu_check.sh [build] [test] [memcheck] [racecheck] [policy] [bench] [tilelang]
 #
 # With no arguments it does all but tilelang. Logs go to $OUT (the device
-# tool's output folder) or /tmp/jax_camp_gpu.
+# tool's output folder) or /tmp/jax_camp_gpu. On the H200 `build test bench`
+# took 565-640 s (2026-11-30), about a device call's 600 s limit: there, run
+# `build test` and `bench` as two calls back to back, which find the package
+# that the first installed while the machine stays warm.
 set -u -o pipefail
 out=${OUT:-/tmp/jax_camp_gpu}
 mkdir -p "$out"
