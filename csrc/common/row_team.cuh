@@ -389,6 +389,7 @@ struct RowPolicy {
   static_assert(kRowsBlockThreads >= kSharedBlockLanes && kRowsBlockThreads >= 32 &&
                     (kRowsBlockThreads & (kRowsBlockThreads - 1)) == 0,
                 "blocks that teams share hold whole teams and warps");
+  static_assert(kMinLanes >= 1, "PlanRowLaunch halves lanes down to kMinLanes and divides by them");
 };
 
 // A policy's limits in packs, for one pack size and device.
