@@ -284,6 +284,16 @@ __device__ __forceinline__ void ForEachChunkOf(int64_t packs, int chunk_packs, F
 // per-thread cp.async copies, 15% of the float32 forward's stall samples at
 // 1024x262144 were their issue waiting on the memory pipeline (ncu); bulk
 // copies, with ClusterReduce's barrier gone too, ran it in 570 us, not 618.
+//
+// The stripe's alignment in shared memory (kNextRowStripeAlignment) is the
+// kernels' to declare: where the bulk copies land changed their speed. With
+// 16 more bytes of static shared memory before it, the stripe moved from 32
+// to 48 bytes past a 128-byte line and a float32 1024x262144 forward ran
+// 605 us instead of 554; aligned to 1024 bytes, the forward ran 552 us
+// (float32) and 285 (bfloat16) against 554 and 288 at 32 bytes past
+// (CUDA graphs on the H200, benchmarks/results/2026-11-30-h200-v18-probes.txt).
+constexpr int kNextRowStripeAlignment = 1024;
+
 template <typename T, int kPack, int kChunk>
 class NextRow {
  public:
@@ -291,8 +301,9 @@ class NextRow {
   static_assert(sizeof(typename Chunk::StoredPack::MemoryPack) == 16,
                 "bulk copies of 16-byte packs");
 
-  // `stripe`: kChunk * blockDim.x packs; `arrival`: a barrier in shared
-  // memory. Every thread of the block constructs it.
+  // `stripe`: kChunk * blockDim.x packs, aligned to kNextRowStripeAlignment;
+  // `arrival`: a barrier in shared memory. Every thread of the block
+  // constructs it.
   __device__ NextRow(uint4* stripe, uint64_t* arrival) : stripe_(stripe), arrival_(arrival) {
     if (threadIdx.x == 0) hopper::InitBarrier(arrival_, 1);
     __syncthreads();
