@@ -8,6 +8,7 @@ import importlib.util
 import json
 import re
 import sys
+import time
 from pathlib import Path
 
 import jax
@@ -150,6 +151,23 @@ def test_backends_take_their_samples_in_turn(harness, monkeypatch) -> None:
     monkeypatch.setattr(harness.Timer, "compile_loop", compile_loop_without_cpu)
     timings = timer.time_cases("reduce_sum", ["xla", "cpu"], shape, "float32")
     assert isinstance(timings["cpu"], RuntimeError) and timings["xla"].median_s > 0
+
+
+def test_queued_samples_time_every_call_they_count(harness) -> None:
+    """A sample queues calls before its clock starts (LoopRun); on a platform that runs each
+    call as it is launched, those have ended by then, and the loop is timed unqueued. Counting
+    them though they ended before the clock started read about 0 s a call."""
+    call_s = 2e-3
+
+    def runs_as_launched(sets, outs, scale):
+        time.sleep(call_s)
+        return sets, outs
+
+    state = ((jnp.zeros(4),), (jnp.zeros(4),))
+    settings = dataclasses.replace(harness.CPU_SETTINGS, queued_ahead=2, sample_target_s=1e-9)
+    run = harness.LoopRun(runs_as_launched, state, jnp.ones(()), settings)
+    run.sample()
+    assert run.queued_ahead == 0 and run.samples[0] > 0.8 * call_s, run.samples
 
 
 def test_xla_elementwise_loop_has_no_copies(harness) -> None:
