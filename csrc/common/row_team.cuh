@@ -286,11 +286,11 @@ __device__ __forceinline__ void ForEachChunkOf(int64_t packs, int chunk_packs, F
 // copies, with ClusterReduce's barrier gone too, ran it in 570 us, not 618.
 //
 // The stripe's alignment in shared memory (kNextRowStripeAlignment) is the
-// kernels' to declare: where the bulk copies land changed their speed. With
-// 16 more bytes of static shared memory before it, the stripe moved from 32
-// to 48 bytes past a 128-byte line and a float32 1024x262144 forward ran
-// 605 us instead of 554; aligned to 1024 bytes, the forward ran 552 us
-// (float32) and 285 (bfloat16) against 554 and 288 at 32 bytes past
+// kernels' to declare: where the bulk copies land changed their speed. A
+// forward with 16 more bytes of static shared memory, which put the stripe
+// 48 bytes past a 128-byte line instead of 32, ran float32 1024x262144 in
+// 598 us, and in 534 with the stripe aligned to 1024 bytes; these kernels
+// ran 552 us aligned against 554 (float32), 285 against 288 (bfloat16)
 // (CUDA graphs on the H200, benchmarks/results/2026-11-30-h200-v18-probes.txt).
 constexpr int kNextRowStripeAlignment = 1024;
 
