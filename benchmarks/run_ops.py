@@ -525,7 +525,7 @@ class LoopRun:
     one's end to the last one's end. On a GPU the first `settings.queued_ahead` of them are
     queued before the first one ends, so that the device goes from call to call with no wait
     for the host, and neither the host's launch of the first call nor its wait for the last
-    is counted. Timed from the first launch instead, they added 0.6-0.75 ms a sample on the
+    is counted. Timed from the first launch instead, they added 0.6-0.7 ms a sample on the
     H200 (a profiler trace, 2026-11-30): 3% at 1024x262144, whose samples were one 22 ms
     executable, where the link-only loop that the harness subtracts spread them over many
     short ones. Executables shorter than the host's launches (a scaffold of a few updates)
