@@ -285,14 +285,21 @@ __device__ __forceinline__ void ForEachChunkOf(int64_t packs, int chunk_packs, F
 // 1024x262144 were their issue waiting on the memory pipeline (ncu); bulk
 // copies, with ClusterReduce's barrier gone too, ran it in 570 us, not 618.
 //
-// The stripe's alignment in shared memory (kNextRowStripeAlignment) is the
-// kernels' to declare: where the bulk copies land changed their speed. A
+// The stripes live in the block's dynamic shared memory (NextRowStripes),
+// aligned to 1024 bytes: where the bulk copies land changed their speed. A
 // forward with 16 more bytes of static shared memory, which put the stripe
 // 48 bytes past a 128-byte line instead of 32, ran float32 1024x262144 in
 // 598 us, and in 534 with the stripe aligned to 1024 bytes; these kernels
 // ran 552 us aligned against 554 (float32), 285 against 288 (bfloat16)
 // (CUDA graphs on the H200, benchmarks/results/2026-11-30-h200-v18-probes.txt).
 constexpr int kNextRowStripeAlignment = 1024;
+
+// The block's dynamic shared memory, which a kernel's NextRow stripes take
+// in turn (PrefetchSharedBytes sizes it).
+__device__ __forceinline__ uint4* NextRowStripes() {
+  extern __shared__ __align__(kNextRowStripeAlignment) uint4 next_row_stripes[];
+  return next_row_stripes;
+}
 
 template <typename T, int kPack, int kChunk>
 class NextRow {
@@ -301,9 +308,8 @@ class NextRow {
   static_assert(sizeof(typename Chunk::StoredPack::MemoryPack) == 16,
                 "bulk copies of 16-byte packs");
 
-  // `stripe`: kChunk * blockDim.x packs, aligned to kNextRowStripeAlignment;
-  // `arrival`: a barrier in shared memory. Every thread of the block
-  // constructs it.
+  // `stripe`: kChunk * blockDim.x packs of NextRowStripes(); `arrival`: a
+  // barrier in shared memory. Every thread of the block constructs it.
   __device__ NextRow(uint4* stripe, uint64_t* arrival) : stripe_(stripe), arrival_(arrival) {
     if (threadIdx.x == 0) hopper::InitBarrier(arrival_, 1);
     __syncthreads();

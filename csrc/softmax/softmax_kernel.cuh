@@ -217,9 +217,8 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
   if constexpr (kForwardPrefetchBytes<T, kPack, kChunk, kLayout> > 0) {
     if (HasDynamicSharedMemory()) {
       // One row a team (a cluster), every row in full.
-      extern __shared__ __align__(kNextRowStripeAlignment) uint4 next_row_stripe[];
       __shared__ uint64_t next_row_arrival;
-      NextRow<T, kPack, kChunk> next_row(next_row_stripe, &next_row_arrival);
+      NextRow<T, kPack, kChunk> next_row(NextRowStripes(), &next_row_arrival);
       int64_t row = team.first_row;
       if (row < rows) next_row.Load(x + row * cols, held_packs, team);
       for (; row < rows; row += team.row_stride) {
@@ -308,10 +307,9 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
   if constexpr (kBackwardPrefetchBytes<T, kPack, kChunk, kLayout> > 0) {
     if (HasDynamicSharedMemory()) {
       // One row a team (a cluster), every row in full, as the forward.
-      extern __shared__ __align__(kNextRowStripeAlignment) uint4 next_row_stripes[];
       __shared__ uint64_t next_row_arrivals[2];
-      NextRow<T, kPack, kChunk> next_y(next_row_stripes, &next_row_arrivals[0]);
-      NextRow<T, kPack, kChunk> next_g(next_row_stripes + kChunk * blockDim.x,
+      NextRow<T, kPack, kChunk> next_y(NextRowStripes(), &next_row_arrivals[0]);
+      NextRow<T, kPack, kChunk> next_g(NextRowStripes() + kChunk * blockDim.x,
                                        &next_row_arrivals[1]);
       int64_t row = team.first_row;
       if (row < rows) {
