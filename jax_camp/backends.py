@@ -18,6 +18,7 @@ import os
 from typing import Sequence
 
 import jax
+import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
@@ -100,6 +101,15 @@ def kernel_call(
     return sharding.partitioned_call(_local_kernel_call, op, backend, result, *operands)
 
 
+# Outputs an op's FFI call returns beside its result, for the kernel's own use
+# and dropped here: softmax's row counter, where its long-row CUDA kernel counts
+# the rows its thread-block clusters claim (RowCounter, csrc/common/row_team.cuh).
+# XLA allocates it with the call, so calls in flight at once never share one.
+_SCRATCH_RESULTS: dict[str, tuple[jax.ShapeDtypeStruct, ...]] = {
+    "softmax": (jax.ShapeDtypeStruct((1,), jnp.uint32),),
+}
+
+
 def _local_kernel_call(
     op: str, backend: str, result: jax.ShapeDtypeStruct, *operands: jax.Array
 ) -> jax.Array:
@@ -108,7 +118,9 @@ def _local_kernel_call(
         from jax_camp.tilelang_kernels import bridge
 
         return bridge.kernel_call(op, result, *operands)
-    return jax.ffi.ffi_call(registration.target_name(op), result)(*operands)
+    scratch = _SCRATCH_RESULTS.get(op, ())
+    call = jax.ffi.ffi_call(registration.target_name(op), (result, *scratch))
+    return call(*operands)[0]
 
 
 def uses_kernels(backend: str) -> bool:

@@ -85,7 +85,9 @@ void TimeRow(const char* kernel, const char* dtype, int64_t rows, int64_t cols, 
 template <typename T>
 void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   T *x, *y, *g;
+  unsigned* row_counter;
   const size_t bytes = rows * cols * sizeof(T);
+  BENCH_CHECK(cudaMalloc(&row_counter, sizeof(unsigned)));
   BENCH_CHECK(cudaMalloc(&x, bytes));
   BENCH_CHECK(cudaMalloc(&y, bytes));
   BENCH_CHECK(cudaMalloc(&g, bytes));
@@ -93,7 +95,7 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   BENCH_CHECK(cudaMemset(g, 0x3c, bytes));
   TimeRow<T, softmax::ForwardPolicy>(
       "forward", dtype, rows, cols,
-      softmax::SelectForwardKernel<T>{}, (const T*)x, y, rows, cols);
+      softmax::SelectForwardKernel<T>{}, (const T*)x, y, rows, cols, RowCounter{row_counter});
   TimeRow<T, softmax::BackwardPolicy>(
       "backward", dtype, rows, cols,
       softmax::SelectBackwardKernel<T>{},
@@ -105,6 +107,7 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(y));
   BENCH_CHECK(cudaFree(g));
+  BENCH_CHECK(cudaFree(row_counter));
 }
 
 }  // namespace

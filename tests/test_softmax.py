@@ -29,7 +29,9 @@ from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_
 # backward, and test_long_rows streams a million forward. Clusters of 8 or
 # more 512-thread blocks prefetch each next row while they work on one (the
 # forward from 150_000 columns, the backward's 200_000 and 150_000): 40 rows
-# of 150_000 and 24 of 300_000 give each resident cluster several. Grids of
+# of 150_000 and 24 of 300_000 give each resident cluster several (with more
+# than 16 each, the forward's clusters claim their rows from a counter:
+# test_rows_claimed_by_clusters). Grids of
 # few rows take more lanes a row than many rows of the same length
 # (PlanRowLaunch), so short rows come both ways: a few (warp lanes grown to a
 # block) and 1024-4096 of them (the policy's own warp lanes and chunks).
@@ -60,6 +62,21 @@ def test_matches_reference(shape, dtype, backend):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_long_rows(dtype, backend):
     x = random_normal((2, 1_000_003), dtype)
+    assert_close(jax_camp.softmax(x, backend=backend), softmax_reference(x), dtype)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_rows_claimed_by_clusters(dtype, backend):
+    """Rows that the forward's clusters claim from a counter as they free up.
+
+    They claim where each resident cluster would take more than 16 rows
+    (row_team.cuh, kMinRowsPerClaimingCluster); on the H200, 16 clusters
+    of 131_080 float32 values a row are resident, 30 of 16-bit ones. A row
+    that no cluster claimed, or that one took past the end, fails here.
+    """
+    if backend not in (None, "cuda") or jax.default_backend() != "gpu":
+        pytest.skip("a path of the CUDA forward")
+    x = random_normal((640, 131_080), dtype)
     assert_close(jax_camp.softmax(x, backend=backend), softmax_reference(x), dtype)
 
 

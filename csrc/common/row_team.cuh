@@ -360,6 +360,88 @@ class NextRow {
   unsigned phase_ = 0;
 };
 
+// A count of the rows that prefetching cluster teams have claimed (ClaimedRows):
+// one unsigned in global memory that comes with each call (an output of the
+// custom call), so that calls in flight at once never share it. A kernel
+// parameter; LaunchRowPlan zeroes it on the stream where the plan claims rows,
+// and passes it null where it does not.
+struct RowCounter {
+  unsigned* claimed;
+};
+
+// The shared memory of a block's ClaimedRows: the claim its team's first
+// block pushed, and the barrier it counts in on.
+struct ClaimSlot {
+  uint64_t arrival;
+  unsigned claim;
+};
+
+// The rows a prefetching cluster team (NextRow) takes, in turn. Static rows,
+// every row_stride-th from the team's first, give every team as many rows, but
+// the teams do not run equally fast: float32 1024x262144's 15 clusters of
+// 68-69 rows ended between 474 and 559 us, bfloat16's 30 in two groups,
+// 186-222 and 262-291 us, and the kernel ends with its slowest
+// (benchmarks/results/2026-11-30-h200-v18-probes.txt, probe 2). With a counter,
+// a team takes its first two rows so, and claims each later one from the
+// counter, a row ahead of its prefetch: the team's first thread claims a row,
+// pushes the claim into every block of the team after the next row's
+// reduction (whose barrier shows each block has read the claim before), and
+// claims the next. A claim has a whole row's time to return.
+class ClaimedRows {
+ public:
+  // Every thread of the block constructs it, before RowTeam::Begin, whose
+  // cluster barrier publishes the slot's barrier to the other blocks.
+  __device__ ClaimedRows(RowCounter counter, ClaimSlot* slot, const RowTeam& team, int64_t rows)
+      : counter_(counter.claimed), slot_(slot), stride_(team.row_stride), rows_(rows) {
+    if (counter_ == nullptr) return;
+    // A claim is pushed for the team's third row if it has a second.
+    const bool claims = team.first_row + stride_ < rows_;
+    if (threadIdx.x == 0) {
+      hopper::InitBarrier(&slot_->arrival, 1);
+      if (claims) hopper::ArriveExpectingBytes(&slot_->arrival, sizeof(unsigned));
+    }
+    if (team.lane == 0 && claims) held_ = atomicAdd(counter_, 1u);
+    pushes_ = team.lane == 0 ? team.lanes / static_cast<int>(team.BlockThreads()) : 0;
+  }
+
+  // After the reduction of the row before `following` (the row the team
+  // prefetches): hands the team the row after `following`.
+  __device__ void Hand(int64_t following) {
+    if (pushes_ == 0 || following >= rows_) return;
+    for (int rank = 0; rank < pushes_; ++rank)
+      hopper::StoreToBlock(&slot_->claim, held_, &slot_->arrival, rank);
+    if (Row(held_) < rows_) held_ = atomicAdd(counter_, 1u);
+  }
+
+  // The row after `following`, in every thread; past the rows if there is
+  // none. After Hand, before the team's next reduction.
+  __device__ int64_t After(int64_t following) {
+    if (counter_ == nullptr) return following + stride_;
+    if (following >= rows_) return rows_;
+    hopper::WaitBarrier(&slot_->arrival, parity_);
+    parity_ ^= 1;
+    const int64_t row = Row(slot_->claim);
+    // Another claim comes (Hand) only while the rows last: a block does not
+    // exit with its barrier waiting for one, where the next block on the SM
+    // would initialize its own.
+    if (threadIdx.x == 0 && row < rows_)
+      hopper::ArriveExpectingBytes(&slot_->arrival, sizeof(unsigned));
+    return row;
+  }
+
+ private:
+  // The rows before the claimed ones are every team's first two.
+  __device__ int64_t Row(unsigned claim) const { return 2 * stride_ + claim; }
+
+  unsigned* counter_;
+  ClaimSlot* slot_;
+  int64_t stride_;
+  int64_t rows_;
+  unsigned held_ = 0;
+  int pushes_ = 0;  // the team's blocks, in the thread that claims; else 0
+  unsigned parity_ = 0;
+};
+
 template <int kPack, typename T>
 __device__ __forceinline__ void StorePack(T* dst, const float (&values)[kPack]) {
   PackedBits<T, kPack> packed;
@@ -451,7 +533,7 @@ enum class RowLayout { kHeld, kHeldInCluster, kStreamed };
 template <RowLayout kLayout>
 using RowLayoutTag = std::integral_constant<RowLayout, kLayout>;
 
-// A row kernel's launch plan: `chunk` packs a thread,
+// A row kernel's launch plan for `rows` rows: `chunk` packs a thread,
 // `lanes` threads a row, in teams of one block or of `cluster` blocks.
 struct RowLaunch {
   int chunk;
@@ -460,6 +542,7 @@ struct RowLaunch {
   int threads;
   int cluster;
   RowLayout layout;
+  int64_t rows;
 };
 
 // The row kernels' shared launch policy, for rows of `num_packs` packs, from
@@ -543,7 +626,7 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
   const RowLayout layout = !held        ? RowLayout::kStreamed
                            : cluster > 1 ? RowLayout::kHeldInCluster
                                          : RowLayout::kHeld;
-  return {chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads, cluster, layout};
+  return {chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads, cluster, layout, rows};
 }
 
 // Grids of fewer threads than this an SM give their rows more lanes (see
@@ -675,12 +758,41 @@ ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
   return clusters;
 }
 
+// Clusters claim their rows (ClaimedRows) only where each would take more
+// than this many: the counter's memset and the claims cost a few
+// microseconds a call, which uneven clusters repay only over many rows. The
+// softmax forward on the H200, in CUDA graphs, claimed against static rows:
+// 3-5% faster at 1024x262144 (float32 551 -> 536 us, bfloat16 285 -> 275;
+// 64 and 34 rows a cluster), 512x524288, 1000x500000, 2048x200000 and
+// bfloat16 2000x140000 and 3000x150000, float32 3000x150000 1% (187);
+// slower by 0.5-1% at float32 256x262144 (16) and 2000x140000 (125), by 5-14%
+// at 40-100 rows of 150000 and 64 of 262144 (2-6)
+// (benchmarks/results/2026-11-30-h200-v19-probes.txt, probe 1).
+constexpr int kMinRowsPerClaimingCluster = 16;
+
+// A kernel's argument as launched: a RowCounter zeroed on the stream where the
+// kernel claims rows (see LaunchRowPlan), else null; anything else as it is.
+template <typename Arg>
+ffi::Error PrepareRowArg(Arg&, bool /*claims*/, cudaStream_t) {
+  return ffi::Error::Success();
+}
+inline ffi::Error PrepareRowArg(RowCounter& counter, bool claims, cudaStream_t stream) {
+  if (!claims) {
+    counter.claimed = nullptr;
+    return ffi::Error::Success();
+  }
+  return CheckCuda(cudaMemsetAsync(counter.claimed, 0, sizeof(unsigned), stream),
+                   "zeroing the row counter");
+}
+
 // kernel<<<plan>>>(args..., plan.lanes), in clusters of plan.cluster blocks.
 // A kernel that prefetches (PrefetchSharedBytes) gets one grid of resident
 // clusters, each taking its rows in turn, so that every row after a
 // cluster's first is loaded while the one before it is worked on (float32
 // 1024x262144 forward: 603 us, against 647 with the plan's grid of 264
-// clusters).
+// clusters). Where such a grid's clusters would take more than
+// kMinRowsPerClaimingCluster rows each, a kernel given a RowCounter claims
+// them (ClaimedRows).
 template <typename... Params, typename... Args>
 ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch& plan,
                          RowKernel<Params...> kernel, Args... args) {
@@ -691,6 +803,12 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
     if (!resident.has_value()) return resident.error();
     resident_clusters = *resident;
   }
+  const bool claims =
+      resident_clusters > 0 &&
+      plan.rows > int64_t{kMinRowsPerClaimingCluster} * resident_clusters;
+  ffi::Error prepared;
+  (void)((prepared = PrepareRowArg(args, claims, stream)).success() && ...);  // to a failure
+  if (prepared.failure()) return prepared;
   cudaLaunchAttribute cluster_dims;
   cudaLaunchConfig_t config = RowLaunchConfig(plan, prefetch_bytes, stream, cluster_dims);
   if (resident_clusters > 0)  // a prefetching kernel's

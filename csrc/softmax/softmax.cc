@@ -23,7 +23,9 @@ void SoftmaxRow(const T* x, T* y, int64_t cols, std::vector<float>& exps) {
   for (int64_t c = 0; c < cols; ++c) y[c] = FromFloat<T>(exps[c] * inv_sum);
 }
 
-ffi::Error SoftmaxForwardCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y) {
+// The row counter is the CUDA kernel's (softmax.cu); the host has no use for it.
+ffi::Error SoftmaxForwardCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
+                             ffi::Result<RowCounterBuffer> /*row_counter*/) {
   JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("softmax", x, {&*y}));
   JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("softmax", x, *y));
   const int64_t rows = Rows(x);
@@ -69,7 +71,8 @@ ffi::Error SoftmaxBackwardCpu(ffi::AnyBuffer y, ffi::AnyBuffer g, ffi::Result<ff
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxCpu, jax_camp::softmax::SoftmaxForwardCpu,
                               xla::ffi::Ffi::Bind()
                                   .Arg<xla::ffi::AnyBuffer>()
-                                  .Ret<xla::ffi::AnyBuffer>());
+                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Ret<jax_camp::RowCounterBuffer>());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxBackwardCpu, jax_camp::softmax::SoftmaxBackwardCpu,
                               xla::ffi::Ffi::Bind()

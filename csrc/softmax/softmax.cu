@@ -6,10 +6,15 @@
 namespace jax_camp::softmax {
 namespace {
 
+// row_counter: where the long rows' kernel counts the rows its teams claim
+// (RowCounter); its contents are not kept.
 ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
-                              ffi::Result<ffi::AnyBuffer> y) {
+                              ffi::Result<ffi::AnyBuffer> y,
+                              ffi::Result<RowCounterBuffer> row_counter) {
   JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("softmax", x, {&*y}));
   JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("softmax", x, *y));
+  if (row_counter->element_count() != 1)
+    return ffi::Error::InvalidArgument("softmax: the row counter must hold one uint32");
   const int64_t rows = Rows(x);
   const int64_t cols = Cols(x);
   if (rows * cols == 0) return ffi::Error::Success();
@@ -19,7 +24,7 @@ ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
     T* out = static_cast<T*>(y->untyped_data());
     return LaunchRowKernel<T, ForwardPolicy>(
         "launching softmax", stream, rows, cols, IsAligned(in, 16) && IsAligned(out, 16),
-        SelectForwardKernel<T>{}, in, out, rows, cols);
+        SelectForwardKernel<T>{}, in, out, rows, cols, RowCounter{row_counter->typed_data()});
   });
 }
 
@@ -51,7 +56,8 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxCuda, jax_camp::softmax::SoftmaxForw
                               xla::ffi::Ffi::Bind()
                                   .Ctx<xla::ffi::PlatformStream<cudaStream_t>>()
                                   .Arg<xla::ffi::AnyBuffer>()
-                                  .Ret<xla::ffi::AnyBuffer>(),
+                                  .Ret<xla::ffi::AnyBuffer>()
+                                  .Ret<jax_camp::RowCounterBuffer>(),
                               {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxBackwardCuda, jax_camp::softmax::SoftmaxBackwardCuda,

@@ -96,11 +96,13 @@ struct MaxSumOp {
   }
 };
 
-// One row held whole in the team's registers, loaded into `chunk`.
-template <typename T, int kPack, int kChunk, bool kClusters>
+// One row held whole in the team's registers, loaded into `chunk`;
+// after_reduce() runs once the team's reduction is done.
+template <typename T, int kPack, int kChunk, bool kClusters, typename AfterReduce>
 __device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chunk, T* y,
                                                  int packs, RowTeam& team,
-                                                 RowScratch<MaxSum>& scratch) {
+                                                 RowScratch<MaxSum>& scratch,
+                                                 AfterReduce after_reduce) {
   // fmaxf drops NaNs, one instruction where MaxPropagateNan takes four: a
   // NaN still reaches every output of its row, through the sum of exps.
   float thread_max = -INFINITY;
@@ -128,6 +130,7 @@ __device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chu
   });
   const MaxSum row =
       team.Reduce<kClusters>(MaxSum{thread_max, thread_sum}, MaxSumOp{}, scratch);
+  after_reduce();
   // A row of -inf comes out NaN (0 / 0), as in jax.nn.softmax.
   const float scale = RescaleFactor(thread_max, row.max) / row.sum;
   chunk.ForEach(packs, team, [&](int, int col, const float(&e)[kPack]) {
@@ -204,30 +207,37 @@ template <typename T, int kPack, int kChunk, RowLayout kLayout>
 __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
                                   kForwardMinBlocks<T, kPack, kChunk, kLayout>)
     SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
-                         int lanes) {
+                         RowCounter row_counter, int lanes) {
   constexpr bool kClusters = kLayout == RowLayout::kHeldInCluster;
+  constexpr bool kPrefetches = kForwardPrefetchBytes<T, kPack, kChunk, kLayout> > 0;
   __shared__ RowScratch<MaxSum> scratch;
   // The policy's, not the layout's: told that its teams are never clusters,
   // ptxas spilled the unaligned bfloat16 kernel of 16 packs a thread.
   RowTeam team(lanes, ForwardPolicy::kClusters);
+  // Only a prefetching kernel claims rows (the launcher gives the others none).
+  __shared__ ClaimSlot claim_slot;
+  ClaimedRows claimed_rows(kPrefetches ? row_counter : RowCounter{}, &claim_slot, team, rows);
   team.Begin<kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
   // Rows held in registers are at most lanes * kChunk packs.
   const int held_packs = static_cast<int>(num_packs);
-  if constexpr (kForwardPrefetchBytes<T, kPack, kChunk, kLayout> > 0) {
+  if constexpr (kPrefetches) {
     if (HasDynamicSharedMemory()) {
       // One row a team (a cluster), every row in full.
       __shared__ uint64_t next_row_arrival;
       NextRow<T, kPack, kChunk> next_row(NextRowStripes(), &next_row_arrival);
       int64_t row = team.first_row;
+      int64_t following = row + team.row_stride;
       if (row < rows) next_row.Load(x + row * cols, held_packs, team);
-      for (; row < rows; row += team.row_stride) {
+      while (row < rows) {
         RowChunk<T, kPack, kChunk> chunk;
         next_row.TakeInto(chunk);
-        const int64_t following = row + team.row_stride;
         if (following < rows) next_row.Load(x + following * cols, held_packs, team);
         SoftmaxOfHeldRow<T, kPack, kChunk, kClusters>(chunk, y + row * cols, held_packs, team,
-                                                      scratch);
+                                                      scratch,
+                                                      [&] { claimed_rows.Hand(following); });
+        row = following;
+        following = claimed_rows.After(following);
       }
       team.Finish<kClusters>();
       return;
@@ -244,7 +254,8 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
       const int packs = valid ? held_packs : 0;
       RowChunk<T, kPack, kChunk> chunk;
       chunk.Load(x + offset, packs, team);
-      SoftmaxOfHeldRow<T, kPack, kChunk, kClusters>(chunk, y + offset, packs, team, scratch);
+      SoftmaxOfHeldRow<T, kPack, kChunk, kClusters>(chunk, y + offset, packs, team, scratch,
+                                                    [] {});
     }
   }
   team.Finish<kClusters>();
