@@ -765,8 +765,9 @@ ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
 // 3-5% faster at 1024x262144 (float32 551 -> 536 us, bfloat16 285 -> 275;
 // 64 and 34 rows a cluster), 512x524288, 1000x500000, 2048x200000 and
 // bfloat16 2000x140000 and 3000x150000, float32 3000x150000 1% (187);
-// slower by 0.5-1% at float32 256x262144 (16) and 2000x140000 (125), by 5-14%
-// at 40-100 rows of 150000 and 64 of 262144 (2-6)
+// slower by 0.7% at float32 256x262144 (16 a cluster), by 2-14% at 40-100
+// rows of 150000, 64 of 262144 and float32 24x300000 (2-6 a cluster); and by
+// 0.8% at float32 2000x140000 (125), which this rule still lets claim
 // (benchmarks/results/2026-11-30-h200-v19-probes.txt, probe 1).
 constexpr int kMinRowsPerClaimingCluster = 16;
 
