@@ -88,8 +88,13 @@ def test_axis(axis, backend):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_special_values_match_jax(dtype, backend):
-    """-inf entries, a row of -inf, a NaN, +inf and huge logits, as jax.nn.softmax."""
+@pytest.mark.parametrize("copies", [1, 4])
+def test_special_values_match_jax(copies, dtype, backend):
+    """-inf entries, a row of -inf, a NaN, +inf and huge logits, as jax.nn.softmax.
+
+    Rows of 4 take one value at a time; 4 copies side by side make rows of 16,
+    which take 16-byte packs (and 16-bit types their packed max) on the GPU.
+    """
     x = jnp.array(
         [
             [0.0, -jnp.inf, 1.0, 2.0],
@@ -101,17 +106,24 @@ def test_special_values_match_jax(dtype, backend):
         ],
         dtype,
     )
+    x = jnp.tile(x, (1, copies))
     expected = jax.nn.softmax(x.astype(jnp.float32))
     actual = jax_camp.softmax(x, backend=backend)
     np.testing.assert_array_equal(np.isnan(f64(actual)), np.isnan(f64(expected)))
     assert_close(actual, f64(expected), dtype)
 
 
-def test_huge_logits_are_finite(backend):
-    x = random_normal((8, 300), jnp.float32, scale=1e4)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(8, 300), (8, 512), (3, 5000), (2, 300_000)])
+def test_huge_logits_are_finite(shape, dtype, backend):
+    """Logits of -2e4 and below: a row max off by more than the row's spread
+    overflows an exp (too low) or leaves every exp 0 (too high, as a stray 0
+    would), and the row comes out inf or NaN. The shapes reach one value a
+    thread, warp lanes, a block and a prefetching cluster on the GPU."""
+    x = (-jnp.abs(random_normal(shape, jnp.float32, scale=5e3)) - 2e4).astype(dtype)
     y = jax_camp.softmax(x, backend=backend)
     assert np.isfinite(f64(y)).all()
-    assert_close(y, softmax_reference(x), jnp.float32)
+    assert_close(y, softmax_reference(x), dtype)
 
 
 @pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0,), (2, 0, 3)])

@@ -79,6 +79,13 @@ struct ValueBits<__nv_bfloat16> {
     const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
     return *reinterpret_cast<const unsigned*>(&pair);
   }
+  // Two -inf, and the larger of each pair's values, as fmaxf (a NaN dropped).
+  static constexpr unsigned kNegInfPair = 0xff80ff80u;
+  static __device__ __forceinline__ unsigned PairMax(unsigned a, unsigned b) {
+    const __nv_bfloat162 pair = __hmax2(*reinterpret_cast<const __nv_bfloat162*>(&a),
+                                        *reinterpret_cast<const __nv_bfloat162*>(&b));
+    return *reinterpret_cast<const unsigned*>(&pair);
+  }
 };
 template <>
 struct ValueBits<__half> {
@@ -90,6 +97,12 @@ struct ValueBits<__half> {
   }
   static __device__ __forceinline__ unsigned PairFromFloats(float low, float high) {
     const __half2 pair = __floats2half2_rn(low, high);
+    return *reinterpret_cast<const unsigned*>(&pair);
+  }
+  static constexpr unsigned kNegInfPair = 0xfc00fc00u;
+  static __device__ __forceinline__ unsigned PairMax(unsigned a, unsigned b) {
+    const __half2 pair = __hmax2(*reinterpret_cast<const __half2*>(&a),
+                                 *reinterpret_cast<const __half2*>(&b));
     return *reinterpret_cast<const unsigned*>(&pair);
   }
 };

@@ -103,13 +103,10 @@ __device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chu
                                                  int packs, RowTeam& team,
                                                  RowScratch<MaxSum>& scratch,
                                                  AfterReduce after_reduce) {
-  // fmaxf drops NaNs, one instruction where MaxPropagateNan takes four: a
-  // NaN still reaches every output of its row, through the sum of exps.
-  float thread_max = -INFINITY;
-  chunk.ForEach(packs, team, [&](int, int, const float(&v)[kPack]) {
-#pragma unroll
-    for (int k = 0; k < kPack; ++k) thread_max = fmaxf(thread_max, v[k]);
-  });
+  // A max that drops NaNs (fmaxf's, one instruction where MaxPropagateNan
+  // takes four): a NaN still reaches every output of its row, through the
+  // sum of exps.
+  const float thread_max = chunk.Max(packs, team);
   // Exps relative to the thread's own max, before the team's is known. A
   // share that is -inf throughout shifts by 0, as exp(-inf - -inf) would be
   // a NaN. Each exp replaces its x in the chunk, so that it is computed once
