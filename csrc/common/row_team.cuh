@@ -260,12 +260,14 @@ struct RowChunk {
 
   // The largest of the loaded values below `count`, as fmaxf finds it (a NaN
   // dropped; -inf for none). 16-bit values are compared two to a word in
-  // their own type, exactly, without being widened to float32 first: three
-  // values an instruction (VHMNMX) where widening and comparing took two
-  // instructions a value. A branch a pack, not Sum's select: with the select,
-  // ptxas placed the first comparison before a held chunk's last two loads
-  // (at 64 registers it reused a loaded pack's register), so those waited on
-  // the first; bfloat16 1000x8192 then ran 10% slower than widening.
+  // their own type, exactly, without being widened to float32 first: ptxas
+  // folds two words (four values) into the running pair an instruction
+  // (VHMNMX), where widening and comparing took two instructions a value.
+  // A branch a pack, not Sum's select: with the select, ptxas placed the
+  // first comparison before a held chunk's last two loads (at 64 registers
+  // it reused a loaded pack's register), so those waited on the first;
+  // bfloat16 1000x8192 then ran 10% slower than widening
+  // (benchmarks/results/2026-11-30-h200-v20-probes.txt, probe 2).
   __device__ __forceinline__ float Max(int count, const RowTeam& team) const {
     if constexpr (StoredPack::kPerWord == 2) {
       unsigned pair_max = ValueBits<T>::kNegInfPair;
