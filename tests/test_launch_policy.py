@@ -44,7 +44,7 @@ __global__ void NoKernel(int) {}
 int Refuse() {
   const RowLaunch plan = {8, 8192, 16, 512, 16, RowLayout::kHeldInCluster};
   const ffi::Error error = LaunchRowKernelAs<softmax::ForwardPolicy, 4>(
-      "launching", nullptr, plan, [](auto, auto, auto, int) { return NoKernel; });
+      "launching", nullptr, plan, [](auto, auto, auto, const RowLaunch&) { return NoKernel; });
   printf("%s\n", error.failure() ? error.message().c_str() : "launched");
   return 0;
 }
@@ -71,12 +71,17 @@ int Prefetch() {
 }
 
 // The lanes that the reduce_sum kernel chosen for a float32 plan of 8 packs
-// a thread and `lanes` lanes is compiled for (0: it reads them at run time).
+// a thread and `lanes` lanes is compiled for (0: it reads them at run time),
+// for 1000 rows on a grid with a team for each or, `capped`, for half.
 template <int kPack, bool kStreamed>
-int CompiledLanes(int lanes) {
+int CompiledLanes(int lanes, bool capped) {
   constexpr RowLayout kLayout = kStreamed ? RowLayout::kStreamed : RowLayout::kHeld;
+  const int threads = std::max(lanes, TeamBlockThreads<reduce_sum::Policy<float>>(lanes));
+  const int teams_a_block = threads / lanes;
+  const int blocks = (capped ? 500 : 1000 + teams_a_block - 1) / teams_a_block;
+  const RowLaunch plan = {8, lanes, blocks, threads, 1, kLayout, 1000};
   const auto kernel = reduce_sum::SelectReduceSumKernel<float>{}(
-      IntTag<kPack>{}, IntTag<8>{}, RowLayoutTag<kLayout>{}, lanes);
+      IntTag<kPack>{}, IntTag<8>{}, RowLayoutTag<kLayout>{}, plan);
   int compiled_for = -1;
   auto check = [&](auto fixed) {
     constexpr int kLanes = decltype(fixed)::value;
@@ -88,22 +93,29 @@ int CompiledLanes(int lanes) {
   return 0;
 }
 
-// A float32 reduce_sum plan's lanes and block threads, and the block threads
-// that its kernel, compiled for those lanes, takes as a constant.
+// A reduce_sum plan's lanes and block threads, and the block threads that its
+// kernel, compiled for those lanes, takes as a constant.
+template <typename T>
 int TeamBlock(long rows, long cols) {
-  using Policy = reduce_sum::Policy<float>;
-  const RowLaunch plan = Plan<Policy>(rows, cols, 4, false);
+  using Policy = reduce_sum::Policy<T>;
+  const RowLaunch plan = Plan<Policy>(rows, cols, kPack128<T>, false);
   printf("%d %d %d\n", plan.lanes, plan.threads, TeamBlockThreads<Policy>(plan.lanes));
   return 0;
 }
 
 int main(int argc, char** argv) {
   if (!strcmp(argv[1], "refuse")) return Refuse();
-  if (!strcmp(argv[1], "team_block")) return TeamBlock(atol(argv[2]), atol(argv[3]));
+  if (!strcmp(argv[1], "team_block")) {
+    const long rows = atol(argv[3]), cols = atol(argv[4]);
+    return !strcmp(argv[2], "bfloat16") ? TeamBlock<__nv_bfloat16>(rows, cols)
+                                        : TeamBlock<float>(rows, cols);
+  }
   if (!strcmp(argv[1], "compiled_lanes")) {
     const int lanes = atoi(argv[3]);
-    if (!strcmp(argv[2], "streamed")) return CompiledLanes<4, true>(lanes);
-    return !strcmp(argv[2], "packed") ? CompiledLanes<4, false>(lanes) : CompiledLanes<1, false>(lanes);
+    const bool capped = !strcmp(argv[4], "capped");
+    if (!strcmp(argv[2], "streamed")) return CompiledLanes<4, true>(lanes, capped);
+    return !strcmp(argv[2], "packed") ? CompiledLanes<4, false>(lanes, capped)
+                                      : CompiledLanes<1, false>(lanes, capped);
   }
   if (!strcmp(argv[1], "prefetch")) return Prefetch();
   if (!strcmp(argv[1], "tiles")) return Tiles(atoll(argv[2]));
@@ -246,7 +258,7 @@ def test_teams_within_a_block_hold_the_fewest_packs_that_hold_the_row(plan, kern
     ("backward", 144, 1280, 4, 128), # 64
     ("forward", 144, 1280, 4, 128),  # already 128
     ("reduce", 1008, 1280, 8, 32),   # enough rows: the policy's own
-    ("reduce", 3, 4096, 8, 64),      # 64, and 16-bit sums no more
+    ("reduce", 3, 2048, 8, 64),      # 64, and 16-bit sums no more
     ("reduce", 3, 2048, 4, 128),     # 64, and float32 sums no more than 128
 ])
 def test_small_grids_take_more_lanes(plan, kernel, rows, cols, pack, lanes):
@@ -275,15 +287,30 @@ def test_busy_grids_take_fewer_lanes(plan, kernel, rows, cols, pack, lanes):
 
 @pytest.mark.parametrize("kernel,cols,pack,shared", [
     ("reduce", 1280, 4, True), ("reduce", 2304, 8, True),    # 64 lanes
-    ("reduce", 3840, 4, False), ("reduce", 8192, 8, False),  # 128
+    ("reduce", 3840, 4, False), ("reduce", 8192, 8, True),   # 128: 16-bit teams only
     ("forward", 1024, 4, False), ("backward", 1024, 4, False),  # 64: only warps share for softmax
 ])
-def test_teams_of_two_warps_share_blocks_for_reduce_sum_only(plan, kernel, cols, pack, shared):
-    """RowPolicy::kSharedBlockLanes: reduce_sum's 64-lane teams take 4 rows a 256-thread block;
-    wider teams, and softmax's teams past a warp, take a block each."""
+def test_teams_of_warps_share_blocks_for_reduce_sum_only(plan, kernel, cols, pack, shared):
+    """RowPolicy::kSharedBlockLanes: reduce_sum's 64-lane teams take 4 rows a 256-thread block, and
+    its 16-bit 128-lane teams 2; wider teams, and softmax's teams past a warp, take a block each."""
     p = plan(kernel, 65536, cols, pack)
-    assert p["lanes"] > 32 and (p["threads"] == 256 and p["lanes"] == 64) == shared
+    assert p["lanes"] > 32 and (p["threads"] == 256 and p["lanes"] < 256) == shared
     assert shared or p["threads"] == p["lanes"]
+
+
+@pytest.mark.parametrize("rows,cols,pack,lanes", [
+    (784, 3840, 8, 128),    # 64 lanes would hold 8 packs: 128 of 4
+    (100, 3840, 8, 128),    # after the small grid's 64 too
+    (784, 3584, 8, 64),     # 64 of 7
+    (2032, 2304, 8, 64),    # 64 of 5
+    (8192, 3840, 8, 64),    # busy: 8192 x 64 threads
+    (784, 3840, 4, 128),    # float32 sums keep their 8 packs at 128 lanes
+    (784, 4096, 4, 128),
+])
+def test_quiet_grids_keep_16_bit_sums_to_7_packs_a_thread(plan, rows, cols, pack, lanes):
+    """reduce_sum's kQuietGridMaxChunk: a 16-bit grid of at most 1024 threads an SM doubles its
+    rows' lanes while a thread would hold 8 packs, up to the 128 lanes that share a block."""
+    assert plan("reduce", rows, cols, pack)["lanes"] == lanes
 
 
 def test_no_clusters_without_device_support(plan):
@@ -302,24 +329,29 @@ def test_grid_is_capped_and_whole_clusters(plan):
     assert p["blocks"] == 262144 // (64 // 8)  # fewer: a team a row
 
 
-@pytest.mark.parametrize("rows,lanes,compiled_for", [
-    ("packed", 32, 32), ("packed", 64, 64), ("packed", 128, 128),
-    ("packed", 8, 0), ("packed", 256, 0), ("unaligned", 64, 0), ("streamed", 512, 0),
+@pytest.mark.parametrize("rows,lanes,grid,compiled_for", [
+    ("packed", 32, "whole", 32), ("packed", 64, "whole", 64), ("packed", 128, "whole", 128),
+    ("packed", 64, "capped", 0), ("packed", 8, "whole", 0), ("packed", 256, "whole", 0),
+    ("unaligned", 64, "whole", 0), ("streamed", 512, "whole", 0),
 ])
-def test_sums_of_short_packed_rows_have_their_lanes_compiled_in(plan, rows, lanes, compiled_for):
-    """SelectReduceSumKernel: held rows in 16-byte packs of 32, 64 and 128 lanes (the camp's shapes)
-    get a kernel compiled for their lanes; other lanes, unaligned and streamed rows read them."""
-    out = subprocess.run([str(plan.binary), "compiled_lanes", rows, str(lanes)],
+def test_sums_of_short_packed_rows_have_their_lanes_compiled_in(plan, rows, lanes, grid, compiled_for):
+    """SelectReduceSumKernel: held rows in 16-byte packs of 32, 64 and 128 lanes (the camp's shapes),
+    on a grid with a team for every row, get a kernel compiled for their lanes that sums one row a
+    team; capped grids, other lanes, unaligned and streamed rows read them and loop over rows."""
+    out = subprocess.run([str(plan.binary), "compiled_lanes", rows, str(lanes), grid],
                          capture_output=True, text=True, check=True).stdout
     assert int(out) == compiled_for
 
 
-@pytest.mark.parametrize("rows,cols,lanes", [(65536, 512, 32), (4080, 1536, 64), (2032, 2304, 128),
-                                             (144, 1280, 128)])
-def test_float32_sums_compiled_for_their_lanes_get_the_blocks_they_assume(plan, rows, cols, lanes):
-    """reduce_sum's kBlockKnown: a float32 kernel compiled for its lanes takes its block's threads as
-    a constant (TeamBlockThreads); its plan must launch it in blocks of that many threads."""
-    out = subprocess.run([str(plan.binary), "team_block", str(rows), str(cols)],
+@pytest.mark.parametrize("dtype,rows,cols,lanes", [
+    ("float32", 65536, 512, 32), ("float32", 4080, 1536, 64), ("float32", 2032, 2304, 128),
+    ("float32", 144, 1280, 128), ("bfloat16", 1008, 1280, 32), ("bfloat16", 2032, 2304, 64),
+    ("bfloat16", 784, 3840, 128), ("bfloat16", 8192, 8192, 128),
+])
+def test_sums_compiled_for_their_lanes_get_the_blocks_they_assume(plan, dtype, rows, cols, lanes):
+    """A reduce_sum kernel compiled for its lanes takes its block's threads as a constant
+    (TeamBlockThreads); its plan must launch it in blocks of that many threads."""
+    out = subprocess.run([str(plan.binary), "team_block", dtype, str(rows), str(cols)],
                          capture_output=True, text=True, check=True).stdout
     planned_lanes, threads, assumed = map(int, out.split())
     assert (planned_lanes, threads) == (lanes, assumed)

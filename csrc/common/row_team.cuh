@@ -498,13 +498,17 @@ __host__ __device__ constexpr int ChunkPacks(int chunk_elements, int pack) {
 // 128; its kernel then passes kSharedBlockTeams to RowTeam::Reduce), the
 // threads of such a block (kRowsBlockThreads, a power of two, at least
 // kSharedBlockLanes and a warp), the most lanes a row that a grid too
-// small to fill the SMs gives its rows (kSmallGridLanes), and the most packs
+// small to fill the SMs gives its rows (kSmallGridLanes), the most packs
 // a thread down to which a busy grid halves its rows' lanes
-// (kBusyGridMaxChunk; 0: it does not; see PlanRowLaunch for both).
+// (kBusyGridMaxChunk; 0: it does not), and the most packs a thread that a
+// grid not busy keeps, doubling its rows' lanes up to kSharedBlockLanes while
+// a thread would hold more (kQuietGridMaxChunk; 0: it does not; see
+// PlanRowLaunch for all three).
 template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue,
           int kClusterBlockThreadsValue = 0, int kMinLanesValue = 8,
           int kSharedBlockLanesValue = 32, int kRowsBlockThreadsValue = 256,
-          int kSmallGridLanesValue = 128, int kBusyGridMaxChunkValue = 0>
+          int kSmallGridLanesValue = 128, int kBusyGridMaxChunkValue = 0,
+          int kQuietGridMaxChunkValue = 0>
 struct RowPolicy {
   static constexpr int kMaxChunkElements = kMaxChunkElementsValue;
   static constexpr int kMaxThreads = kMaxThreadsValue;
@@ -517,6 +521,7 @@ struct RowPolicy {
   static constexpr int kRowsBlockThreads = kRowsBlockThreadsValue;
   static constexpr int kSmallGridLanes = kSmallGridLanesValue;
   static constexpr int kBusyGridMaxChunk = kBusyGridMaxChunkValue;
+  static constexpr int kQuietGridMaxChunk = kQuietGridMaxChunkValue;
   static_assert(kRowsBlockThreads >= kSharedBlockLanes && kRowsBlockThreads >= 32 &&
                     (kRowsBlockThreads & (kRowsBlockThreads - 1)) == 0,
                 "blocks that teams share hold whole teams and warps");
@@ -534,6 +539,7 @@ struct RowLimits {
   int rows_block_threads;  // threads a block that such rows share
   int small_grid_lanes;    // most lanes a row on grids too small to fill the SMs
   int busy_grid_max_chunk; // most packs a thread that busy grids halve lanes to; 0: none
+  int quiet_grid_max_chunk; // most packs a thread that other grids keep; 0: no limit
 };
 
 // The threads of the blocks that teams of `lanes` run in outside clusters:
@@ -554,7 +560,7 @@ RowLimits LimitsOf(int pack, bool clusters) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
           clusters ? Policy::kClusterBlockThreads : 0, Policy::kMinLanes,
           Policy::kSharedBlockLanes, Policy::kRowsBlockThreads, Policy::kSmallGridLanes,
-          Policy::kBusyGridMaxChunk};
+          Policy::kBusyGridMaxChunk, Policy::kQuietGridMaxChunk};
 }
 
 // How a team covers its row: held in its registers, by warp lanes or a
@@ -575,6 +581,11 @@ struct RowLaunch {
   int cluster;
   RowLayout layout;
   int64_t rows;
+
+  // The teams the grid holds: when as many as the rows, each team takes one.
+  int64_t Teams() const {
+    return lanes <= threads ? int64_t{blocks} * (threads / lanes) : blocks / cluster;
+  }
 };
 
 // The row kernels' shared launch policy, for rows of `num_packs` packs, from
@@ -688,6 +699,10 @@ constexpr int kBusyGridThreadsPerSm = 1024;
 // 65536x1536 and float32 4080x1536; to 8 packs and more it lost (bfloat16
 // 8192x2048 17.75 -> 18.05, 784x3840 3.78 -> 4.41)
 // (benchmarks/results/2026-11-30-h200-v17-probes.txt, probe 4).
+// Other grids, with a policy's kQuietGridMaxChunk, double their rows' lanes
+// while a thread would hold more packs than that, up to the lanes that share
+// a block: their SMs have room for the threads, and a shorter chunk is loaded
+// in one round (see reduce_sum's Policy).
 inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, const RowLimits& limits,
                                int sm_count) {
   int lanes = RowLanes(num_packs, limits);
@@ -698,6 +713,10 @@ inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, const RowLimits&
          rows * lanes > int64_t{sm_count} * kBusyGridThreadsPerSm &&
          (num_packs + lanes / 2 - 1) / (lanes / 2) <= limits.busy_grid_max_chunk)
     lanes /= 2;
+  while (limits.quiet_grid_max_chunk > 0 && 2 * lanes <= limits.shared_block_lanes &&
+         rows * lanes <= int64_t{sm_count} * kBusyGridThreadsPerSm &&
+         (num_packs + lanes - 1) / lanes > limits.quiet_grid_max_chunk)
+    lanes *= 2;
   return PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count);
 }
 
@@ -856,8 +875,8 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
 }
 
 // Launches select_kernel(IntTag<pack>, IntTag<chunk>, RowLayoutTag<layout>,
-// plan.lanes) (a kernel or a RowKernel; the lanes are for kernels compiled
-// for a team size) under `plan` with args..., plan.lanes. A team gets more
+// plan) (a kernel or a RowKernel; the plan is for kernels compiled for a team
+// size or a team a row) under `plan` with args..., plan.lanes. A team gets more
 // lanes than a block only once its threads hold the most they may, so rows
 // are streamed or held in clusters only at the largest chunk, and only that
 // chunk has kernels for those layouts: a kernel that holds its rows in one
@@ -868,7 +887,7 @@ ffi::Error LaunchRowKernelAs(const char* what, cudaStream_t stream, const RowLau
   constexpr int kMaxChunk = ChunkPacks(Policy::kMaxChunkElements, kPack);
   auto launch = [&](auto chunk, auto layout) {
     return LaunchRowPlan(what, stream, plan,
-                         select_kernel(IntTag<kPack>{}, chunk, layout, plan.lanes), args...);
+                         select_kernel(IntTag<kPack>{}, chunk, layout, plan), args...);
   };
   return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
     if constexpr (decltype(chunk)::value == kMaxChunk) {

@@ -30,8 +30,17 @@ namespace jax_camp::reduce_sum {
 // lanes against 1.65 in 128, float32 1.64 against 1.58; and at every shape
 // with enough rows, bfloat16's 128-lane teams were the slower
 // (-v16-probes.txt, probe 1).
+// 16-bit rows that a grid of at most 1024 threads an SM would hold at 8 packs
+// a thread take twice the lanes, 4 packs each (kQuietGridMaxChunk 7; ptxas
+// issues the eighth pack's loads only after the first pack's adds), and
+// 16-bit teams of 128 lanes share 256-thread blocks. With a team a row, inputs
+// cycling through the harness's sets, in CUDA graphs: bfloat16 784x3840 3.16 ->
+// 2.96 us (inputs in L2 1.95 -> 2.00), 8192x8192 31.07 -> 31.02; 128-lane teams
+// in 128-thread blocks ran 784x3840 in 3.02 (L2 2.11)
+// (benchmarks/results/2026-11-30-h200-v21-probes.txt, probe 1).
 template <typename T>
-using Policy = RowPolicy<8 * kPack128<T>, 512, 32, 0, 8, 64, 256, sizeof(T) == 4 ? 128 : 64>;
+using Policy = RowPolicy<8 * kPack128<T>, 512, 32, 0, 8, sizeof(T) == 4 ? 64 : 128, 256,
+                         sizeof(T) == 4 ? 128 : 64, 0, sizeof(T) == 4 ? 0 : 7>;
 
 // Blocks an SM that a kernel's registers must leave room for. Left to
 // choose, ptxas kept a chunk in fewer registers by issuing its loads in
@@ -48,32 +57,25 @@ using Policy = RowPolicy<8 * kPack128<T>, 512, 32, 0, 8, 64, 256, sizeof(T) == 4
 template <typename T>
 constexpr int kMinBlocks = sizeof(T) == 4 ? 1 : 2;
 
-// Whether a kernel compiled for its lanes takes its block's threads as a
-// constant too (RowTeam), which leaves its team's geometry and its reduction
-// without branches or loops. On the H200 in CUDA graphs, float32: 144x1280
-// 1.41 -> 1.33 us, 784x3840 2.91 -> 2.78, 1008x2304 2.60 -> 2.50, 2032x2304
-// 3.67 -> 3.58, 1008x1280 1.92 -> 1.95. bfloat16 ran slower for the same
-// instructions saved (144x1280 1.47 -> 1.53, 1008x2304 1.90 -> 2.01, 784x3840
-// 2.08 -> 2.16), and keeps reading blockDim.x
-// (benchmarks/results/2026-11-30-h200-v16-probes.txt, probe 4).
-template <typename T>
-constexpr bool kBlockKnown = sizeof(T) == 4;
-
 // kStreamed: rows longer than the team's chunks, summed chunk by chunk; a
 // held row is one chunk, with no loop around it to set up before its loads.
 // kLanes: the team's lanes where the kernel is compiled for them (see
-// SelectReduceSumKernel), else 0 and the launch's `lanes`.
+// SelectReduceSumKernel), else 0 and the launch's `lanes`. A kernel compiled
+// for its lanes is launched with a team for every row, and takes its block's
+// threads as a constant (TeamBlockThreads): it sums one row a team, with no
+// loop over rows and its team's geometry and reduction without branches.
 template <typename T, int kPack, int kChunk, bool kStreamed, int kLanes>
 __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
     ReduceSumKernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols,
                     int lanes) {
   constexpr bool kClusters = Policy<T>::kClusters;
+  constexpr bool kTeamPerRow = kLanes > 0;
   __shared__ RowScratch<float> scratch;
-  RowTeam team(kLanes > 0 ? kLanes : lanes, kClusters,
-               kLanes > 0 && kBlockKnown<T> ? TeamBlockThreads<Policy<T>>(kLanes) : 0);
+  RowTeam team(kTeamPerRow ? kLanes : lanes, kClusters,
+               kTeamPerRow ? TeamBlockThreads<Policy<T>>(kLanes) : 0);
   team.Begin<kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
-  for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
+  auto sum_group = [&](int64_t group) {
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
     const T* x_row = x + (valid ? row : 0) * cols;
@@ -102,6 +104,11 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
     const float total = team.Reduce<kClusters, Policy<T>::kSharedBlockTeams>(
         partial, SumOp{}, scratch);
     if (valid && team.lane == 0) out[row] = FromFloat<T>(total);
+  };
+  if constexpr (kTeamPerRow) {
+    sum_group(team.first_row);
+  } else {
+    for (int64_t group = team.first_row; group < rows; group += team.row_stride) sum_group(group);
   }
   team.Finish<kClusters>();
 }
@@ -119,16 +126,18 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
 template <typename T>
 struct SelectReduceSumKernel {
   template <typename Pack, typename Chunk, typename Layout>
-  auto operator()(Pack, Chunk, Layout, int lanes) const {
+  auto operator()(Pack, Chunk, Layout, const RowLaunch& plan) const {
     constexpr bool kStreamed = Layout::value == RowLayout::kStreamed;
     auto kernel = [](auto fixed_lanes) {
       return ReduceSumKernel<T, Pack::value, Chunk::value, kStreamed, decltype(fixed_lanes)::value>;
     };
     if constexpr (!kStreamed && Pack::value > 1) {
-      switch (lanes) {
-        case 32: return kernel(IntTag<32>{});
-        case 64: return kernel(IntTag<64>{});
-        case 128: return kernel(IntTag<128>{});
+      if (plan.Teams() >= plan.rows) {
+        switch (plan.lanes) {
+          case 32: return kernel(IntTag<32>{});
+          case 64: return kernel(IntTag<64>{});
+          case 128: return kernel(IntTag<128>{});
+        }
       }
     }
     return kernel(IntTag<0>{});

@@ -264,7 +264,7 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
 template <typename T>
 struct SelectForwardKernel {
   template <typename Pack, typename Chunk, typename Layout>
-  auto operator()(Pack, Chunk, Layout, int /*lanes*/) const {
+  auto operator()(Pack, Chunk, Layout, const RowLaunch& /*plan*/) const {
     return RowKernel{SoftmaxForwardKernel<T, Pack::value, Chunk::value, Layout::value>,
                      kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
   }
@@ -374,7 +374,7 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
 template <typename T>
 struct SelectBackwardKernel {
   template <typename Pack, typename Chunk, typename Layout>
-  auto operator()(Pack, Chunk, Layout, int /*lanes*/) const {
+  auto operator()(Pack, Chunk, Layout, const RowLaunch& /*plan*/) const {
     return RowKernel{SoftmaxBackwardKernel<T, Pack::value, Chunk::value, Layout::value>,
                      kBackwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
   }
