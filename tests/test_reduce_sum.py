@@ -22,6 +22,9 @@ SHAPES = [
     (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (1024, 1536), (1024, 3000),
     # Teams of two warps sharing a block, four rows a block: a last block part-filled.
     (1001, 1280), (1002, 2304), (17001, 1100),
+    # 16-bit teams of 128 lanes, two rows a 256-thread block (few rows of 3840 values: 4 packs a
+    # thread, not 8), a last block part-filled.
+    (301, 3840), (5, 8192),
     # More rows than a grid's teams (8 waves of resident blocks): each takes its rows in turn.
     (600_000, 5),
 ]
