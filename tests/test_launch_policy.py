@@ -127,7 +127,9 @@ int main(int argc, char** argv) {
       !strcmp(kernel, "forward")    ? Plan<softmax::ForwardPolicy>(rows, cols, pack, clusters)
       : !strcmp(kernel, "backward") ? Plan<softmax::BackwardPolicy>(rows, cols, pack, clusters)
       // reduce_sum's policy is in bytes: float32 for packs of 4 (and unaligned rows), else bfloat16
-      : pack == 8 ? Plan<reduce_sum::Policy<__nv_bfloat16>>(rows, cols, pack, clusters)
+      // "reduce16": the 16-bit policy at any pack, unaligned rows' 1 too
+      : pack == 8 || !strcmp(kernel, "reduce16")
+          ? Plan<reduce_sum::Policy<__nv_bfloat16>>(rows, cols, pack, clusters)
                   : Plan<reduce_sum::Policy<float>>(rows, cols, pack, clusters);
   printf("%d %d %d %d %d %d %d\n", plan.lanes, plan.chunk, plan.threads, plan.cluster, plan.blocks,
          static_cast<int>(plan.layout), PrefetchSharedBytes(plan, 1) > 0);
@@ -298,19 +300,20 @@ def test_teams_of_warps_share_blocks_for_reduce_sum_only(plan, kernel, cols, pac
     assert shared or p["threads"] == p["lanes"]
 
 
-@pytest.mark.parametrize("rows,cols,pack,lanes", [
-    (784, 3840, 8, 128),    # 64 lanes would hold 8 packs: 128 of 4
-    (100, 3840, 8, 128),    # after the small grid's 64 too
-    (784, 3584, 8, 64),     # 64 of 7
-    (2032, 2304, 8, 64),    # 64 of 5
-    (8192, 3840, 8, 64),    # busy: 8192 x 64 threads
-    (784, 3840, 4, 128),    # float32 sums keep their 8 packs at 128 lanes
-    (784, 4096, 4, 128),
+@pytest.mark.parametrize("kernel,rows,cols,pack,lanes", [
+    ("reduce", 784, 3840, 8, 128),    # 64 lanes would hold 8 packs: 128 of 4
+    ("reduce", 100, 3840, 8, 128),    # after the small grid's 64 too
+    ("reduce", 784, 3584, 8, 64),     # 64 of 7
+    ("reduce", 2032, 2304, 8, 64),    # 64 of 5
+    ("reduce", 8192, 3840, 8, 64),    # busy: 8192 x 64 threads
+    ("reduce", 784, 3840, 4, 128),    # float32 sums keep their 8 packs at 128 lanes
+    ("reduce", 784, 4096, 4, 128),
+    ("reduce16", 784, 301, 1, 32),    # unaligned 16-bit rows keep 10 values a thread
 ])
-def test_quiet_grids_keep_16_bit_sums_to_7_packs_a_thread(plan, rows, cols, pack, lanes):
+def test_quiet_grids_keep_16_bit_sums_to_7_packs_a_thread(plan, kernel, rows, cols, pack, lanes):
     """reduce_sum's kQuietGridMaxChunk: a 16-bit grid of at most 1024 threads an SM doubles its
-    rows' lanes while a thread would hold 8 packs, up to the 128 lanes that share a block."""
-    assert plan("reduce", rows, cols, pack)["lanes"] == lanes
+    rows' lanes while a thread would hold 8 16-byte packs, up to the 128 lanes that share a block."""
+    assert plan(kernel, rows, cols, pack)["lanes"] == lanes
 
 
 def test_no_clusters_without_device_support(plan):

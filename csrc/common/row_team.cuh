@@ -501,9 +501,9 @@ __host__ __device__ constexpr int ChunkPacks(int chunk_elements, int pack) {
 // small to fill the SMs gives its rows (kSmallGridLanes), the most packs
 // a thread down to which a busy grid halves its rows' lanes
 // (kBusyGridMaxChunk; 0: it does not), and the most packs a thread that a
-// grid not busy keeps, doubling its rows' lanes up to kSharedBlockLanes while
-// a thread would hold more (kQuietGridMaxChunk; 0: it does not; see
-// PlanRowLaunch for all three).
+// grid not busy keeps in 16-byte packs, doubling its rows' lanes up to
+// kSharedBlockLanes while a thread would hold more (kQuietGridMaxChunk; 0: it
+// does not; see PlanRowLaunch for all three).
 template <int kMaxChunkElementsValue, int kMaxThreadsValue, int kTeamLanesValue,
           int kClusterBlockThreadsValue = 0, int kMinLanesValue = 8,
           int kSharedBlockLanesValue = 32, int kRowsBlockThreadsValue = 256,
@@ -555,12 +555,13 @@ __host__ __device__ constexpr int TeamBlockThreads(int lanes) {
   return TeamBlockThreads(lanes, Policy::kSharedBlockLanes, Policy::kRowsBlockThreads);
 }
 
+// kQuietGridMaxChunk holds for 16-byte packs only, what it was measured on.
 template <typename Policy>
 RowLimits LimitsOf(int pack, bool clusters) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
           clusters ? Policy::kClusterBlockThreads : 0, Policy::kMinLanes,
           Policy::kSharedBlockLanes, Policy::kRowsBlockThreads, Policy::kSmallGridLanes,
-          Policy::kBusyGridMaxChunk, Policy::kQuietGridMaxChunk};
+          Policy::kBusyGridMaxChunk, pack > 1 ? Policy::kQuietGridMaxChunk : 0};
 }
 
 // How a team covers its row: held in its registers, by warp lanes or a

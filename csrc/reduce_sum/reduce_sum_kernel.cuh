@@ -37,7 +37,7 @@ namespace jax_camp::reduce_sum {
 // cycling through the harness's sets, in CUDA graphs: bfloat16 784x3840 3.16 ->
 // 2.96 us (inputs in L2 1.95 -> 2.00), 8192x8192 31.07 -> 31.02; 128-lane teams
 // in 128-thread blocks ran 784x3840 in 3.02 (L2 2.11)
-// (benchmarks/results/2026-11-30-h200-v21-probes.txt, probe 1).
+// (benchmarks/results/2026-11-30-h200-v21-probes.txt, probes 2 and 3).
 template <typename T>
 using Policy = RowPolicy<8 * kPack128<T>, 512, 32, 0, 8, sizeof(T) == 4 ? 64 : 128, 256,
                          sizeof(T) == 4 ? 128 : 64, 0, sizeof(T) == 4 ? 0 : 7>;
@@ -121,8 +121,12 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
 // read at run time sat between the kernel's start and its first load. On the
 // H200 in CUDA graphs: bfloat16 1008x1280 1.93 -> 1.86 us, 4080x1536 4.54 ->
 // 4.46, float32 1008x2304 3.77 -> 3.70; float32 144x1280 unchanged
-// (benchmarks/results/2026-11-30-h200-v15-probes.txt, probe 1). Other lane
-// counts, and unaligned rows, keep one kernel a chunk.
+// (benchmarks/results/2026-11-30-h200-v15-probes.txt, probe 1). Since v21
+// only where the grid has a team for every row: the kernel then takes one row
+// a team, and ran 0.1-7.8% shorter at every such shape than with a loop over
+// rows (bfloat16 144x1280 1.32 -> 1.22 us, 784x3840 3.24 -> 3.16; with the
+// harness's rotating inputs, -v21-probes.txt, probe 2). Other lane counts,
+// grids capped short of the rows, and unaligned rows keep one kernel a chunk.
 template <typename T>
 struct SelectReduceSumKernel {
   template <typename Pack, typename Chunk, typename Layout>
