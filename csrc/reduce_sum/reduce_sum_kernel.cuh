@@ -32,7 +32,7 @@ namespace jax_camp::reduce_sum {
 // (-v16-probes.txt, probe 1).
 // 16-bit rows that a grid of at most 1024 threads an SM would hold at 8 packs
 // a thread take twice the lanes, 4 packs each (kQuietGridMaxChunk 7; ptxas
-// issues the eighth pack's loads only after the first pack's adds), and
+// issues the last two packs' loads of 8 only after the first pack's adds), and
 // 16-bit teams of 128 lanes share 256-thread blocks. With a team a row, inputs
 // cycling through the harness's sets, in CUDA graphs: bfloat16 784x3840 3.16 ->
 // 2.96 us (inputs in L2 1.95 -> 2.00), 8192x8192 31.07 -> 31.02; 128-lane teams
