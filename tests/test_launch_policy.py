@@ -93,6 +93,21 @@ int CompiledLanes(int lanes, bool capped) {
   return 0;
 }
 
+// Whether the softmax forward kernel chosen for a float32 plan of 4 packs a
+// thread in `lanes` lanes takes one row a team (1) or loops over rows (0),
+// for 1000 rows on a grid with a team for each or, `capped`, for half.
+template <RowLayout kLayout>
+int ForwardTeamPerRow(int lanes, bool capped) {
+  const int threads = std::max(lanes, TeamBlockThreads<softmax::ForwardPolicy>(lanes));
+  const int teams_a_block = threads / lanes;
+  const int blocks = (capped ? 500 : 1000 + teams_a_block - 1) / teams_a_block;
+  const RowLaunch plan = {4, lanes, blocks, threads, 1, kLayout, 1000};
+  const auto kernel = softmax::SelectForwardKernel<float>{}(
+      IntTag<4>{}, IntTag<4>{}, RowLayoutTag<kLayout>{}, plan);
+  printf("%d\n", kernel.function == softmax::SoftmaxForwardKernel<float, 4, 4, kLayout, true>);
+  return 0;
+}
+
 // A reduce_sum plan's lanes and block threads, and the block threads that its
 // kernel, compiled for those lanes, takes as a constant.
 template <typename T>
@@ -116,6 +131,12 @@ int main(int argc, char** argv) {
     if (!strcmp(argv[2], "streamed")) return CompiledLanes<4, true>(lanes, capped);
     return !strcmp(argv[2], "packed") ? CompiledLanes<4, false>(lanes, capped)
                                       : CompiledLanes<1, false>(lanes, capped);
+  }
+  if (!strcmp(argv[1], "forward_team_per_row")) {
+    const int lanes = atoi(argv[3]);
+    const bool capped = !strcmp(argv[4], "capped");
+    return !strcmp(argv[2], "streamed") ? ForwardTeamPerRow<RowLayout::kStreamed>(lanes, capped)
+                                        : ForwardTeamPerRow<RowLayout::kHeld>(lanes, capped);
   }
   if (!strcmp(argv[1], "prefetch")) return Prefetch();
   if (!strcmp(argv[1], "tiles")) return Tiles(atoll(argv[2]));
@@ -344,6 +365,19 @@ def test_sums_of_short_packed_rows_have_their_lanes_compiled_in(plan, rows, lane
     out = subprocess.run([str(plan.binary), "compiled_lanes", rows, str(lanes), grid],
                          capture_output=True, text=True, check=True).stdout
     assert int(out) == compiled_for
+
+
+@pytest.mark.parametrize("layout,lanes,grid,team_per_row", [
+    ("held", 32, "whole", 1), ("held", 128, "whole", 1), ("held", 512, "whole", 1),
+    ("held", 8, "whole", 0), ("held", 128, "capped", 0), ("streamed", 512, "whole", 0),
+])
+def test_softmax_forward_takes_a_row_a_team_on_grids_with_a_team_for_each(
+        plan, layout, lanes, grid, team_per_row):
+    """SelectForwardKernel: rows held by a warp or more, on a grid with a team for every row, get
+    the kernel with no loop over rows; capped grids, teams of a few lanes and streamed rows loop."""
+    out = subprocess.run([str(plan.binary), "forward_team_per_row", layout, str(lanes), grid],
+                         capture_output=True, text=True, check=True).stdout
+    assert int(out) == team_per_row
 
 
 @pytest.mark.parametrize("dtype,rows,cols,lanes", [

@@ -37,8 +37,9 @@ from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_
 # block) and 1024-4096 of them (the policy's own warp lanes and chunks).
 # Grids of many rows take fewer lanes a row, and more packs a thread, than
 # the row length alone gives (the forward's: 4096 rows of 1536, 6 packs).
-# 600_000 rows of 5 are more than a grid's teams (8 waves of resident blocks),
-# which then take their rows in turn.
+# 600_000 rows of 5 (scalar packs) and of 8 (16-byte packs) are more than a
+# grid's teams (8 waves of resident blocks), which then take their rows in
+# turn; grids with a team for every row take a kernel with no such loop.
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,), (5, 8),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
@@ -46,7 +47,7 @@ SHAPES = [
     (3, 40_000), (3, 40_001), (2, 65_544), (2, 200_000), (2, 300_000), (2, 600_000),
     (2, 70_001), (40, 150_000), (24, 300_000),
     (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (4096, 1536),
-    (600_000, 5),
+    (600_000, 5), (600_000, 8),
 ]
 
 

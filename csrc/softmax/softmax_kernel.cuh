@@ -200,7 +200,9 @@ template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kForwardPrefetchBytes =
     kLayout == RowLayout::kHeldInCluster && kPack > 1 ? sizeof(T) * kPack * kChunk : 0;
 
-template <typename T, int kPack, int kChunk, RowLayout kLayout>
+// kTeamPerRow: the launch gives every row a team of its own (see
+// SelectForwardKernel), and each team takes its one row with no loop over rows.
+template <typename T, int kPack, int kChunk, RowLayout kLayout, bool kTeamPerRow>
 __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
                                   kForwardMinBlocks<T, kPack, kChunk, kLayout>)
     SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
@@ -240,7 +242,7 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
       return;
     }
   }
-  for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
+  auto softmax_of_group = [&](int64_t group) {
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
     const int64_t offset = (valid ? row : 0) * cols;
@@ -254,19 +256,41 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
       SoftmaxOfHeldRow<T, kPack, kChunk, kClusters>(chunk, y + offset, packs, team, scratch,
                                                     [] {});
     }
+  };
+  if constexpr (kTeamPerRow) {
+    softmax_of_group(team.first_row);
+  } else {
+    for (int64_t group = team.first_row; group < rows; group += team.row_stride)
+      softmax_of_group(group);
   }
   team.Finish<kClusters>();
 }
 
 // The forward kernel for a plan's pack, chunk and layout, with the shared
 // memory it prefetches into (see LaunchRowKernelAs): the handler and
-// scripts/row_policy_bench.cu launch the same kernels.
+// scripts/row_policy_bench.cu launch the same kernels. Rows held by a warp
+// or more take a kernel with no loop over rows where the grid has a team for
+// every row, as reduce_sum's: with rotating inputs in CUDA graphs, 0.3-1.8%
+// shorter at the camp's shapes (float32 1008x2304 6.615 -> 6.514 us, bfloat16
+// 784x3840 5.269 -> 5.214), the large shapes within 0.16%. Teams of fewer
+// lanes, sharing a 64-thread block with other rows (262144x128), ran 0.1-0.6%
+// longer so, and keep the loop (benchmarks/results/2026-11-30-h200-v22-probes.txt).
+// The backward's lost up to 1.5% at the camp's shapes (-v21-probes.txt,
+// probe 4), and keeps its loop.
 template <typename T>
 struct SelectForwardKernel {
   template <typename Pack, typename Chunk, typename Layout>
-  auto operator()(Pack, Chunk, Layout, const RowLaunch& /*plan*/) const {
-    return RowKernel{SoftmaxForwardKernel<T, Pack::value, Chunk::value, Layout::value>,
-                     kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
+  auto operator()(Pack, Chunk, Layout, const RowLaunch& plan) const {
+    auto kernel = [](auto team_per_row) {
+      return RowKernel{
+          SoftmaxForwardKernel<T, Pack::value, Chunk::value, Layout::value,
+                               decltype(team_per_row)::value>,
+          kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
+    };
+    if constexpr (Layout::value == RowLayout::kHeld) {
+      if (plan.lanes >= 32 && plan.Teams() >= plan.rows) return kernel(std::true_type{});
+    }
+    return kernel(std::false_type{});
   }
 };
 
