@@ -380,6 +380,15 @@ def test_softmax_forward_takes_a_row_a_team_on_grids_with_a_team_for_each(
     assert int(out) == team_per_row
 
 
+@pytest.mark.parametrize("cols,pack", [(512, 4), (1024, 8)])
+def test_softmax_capped_grid_shapes_take_warp_teams(plan, cols, pack):
+    """tests/test_softmax.py's test_warp_teams_loop_over_rows_on_capped_grids: 70_000 rows of
+    128 packs must plan warp teams on a grid with fewer teams than rows."""
+    p = plan("forward", 70_000, cols, pack)
+    assert p["lanes"] == 32 and p["layout"] == "held"
+    assert p["blocks"] * (p["threads"] // p["lanes"]) < 70_000
+
+
 @pytest.mark.parametrize("dtype,rows,cols,lanes", [
     ("float32", 65536, 512, 32), ("float32", 4080, 1536, 64), ("float32", 2032, 2304, 128),
     ("float32", 144, 1280, 128), ("bfloat16", 1008, 1280, 32), ("bfloat16", 2032, 2304, 64),

@@ -37,9 +37,8 @@ from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_
 # block) and 1024-4096 of them (the policy's own warp lanes and chunks).
 # Grids of many rows take fewer lanes a row, and more packs a thread, than
 # the row length alone gives (the forward's: 4096 rows of 1536, 6 packs).
-# 600_000 rows of 5 (scalar packs) and of 8 (16-byte packs) are more than a
-# grid's teams (8 waves of resident blocks), which then take their rows in
-# turn; grids with a team for every row take a kernel with no such loop.
+# 600_000 rows of 5 are more than a grid's teams (8 waves of resident blocks),
+# which then take their rows in turn.
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,), (5, 8),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
@@ -47,7 +46,7 @@ SHAPES = [
     (3, 40_000), (3, 40_001), (2, 65_544), (2, 200_000), (2, 300_000), (2, 600_000),
     (2, 70_001), (40, 150_000), (24, 300_000),
     (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (4096, 1536),
-    (600_000, 5), (600_000, 8),
+    (600_000, 5),
 ]
 
 
@@ -78,6 +77,18 @@ def test_rows_claimed_by_clusters(dtype, backend):
     if backend not in (None, "cuda") or jax.default_backend() != "gpu":
         pytest.skip("a path of the CUDA forward")
     x = random_normal((640, 131_080), dtype)
+    assert_close(jax_camp.softmax(x, backend=backend), softmax_reference(x), dtype)
+
+
+@pytest.mark.parametrize("dtype,cols", [(jnp.float32, 512), (jnp.bfloat16, 1024)])
+def test_warp_teams_loop_over_rows_on_capped_grids(dtype, cols, backend):
+    """Rows of 128 16-byte packs take a warp a row, two rows a 64-thread block;
+    70_000 of them are more than the grid's 8 waves of blocks hold (67_584
+    teams on the H200), so the forward takes the kernel that loops over rows
+    rather than the one that takes a row a team (SelectForwardKernel)."""
+    if backend not in (None, "cuda") or jax.default_backend() != "gpu":
+        pytest.skip("a path of the CUDA forward")
+    x = random_normal((70_000, cols), dtype)
     assert_close(jax_camp.softmax(x, backend=backend), softmax_reference(x), dtype)
 
 
