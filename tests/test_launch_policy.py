@@ -70,16 +70,24 @@ int Prefetch() {
   return 0;
 }
 
+// A plan of `chunk` packs a thread in `lanes` lanes for 1000 rows, in the
+// blocks `Policy` gives such teams, on a grid with a team for each row or,
+// `capped`, for half of them.
+template <typename Policy>
+RowLaunch ThousandRowPlan(int chunk, int lanes, RowLayout layout, bool capped) {
+  const int threads = std::max(lanes, TeamBlockThreads<Policy>(lanes));
+  const int teams_a_block = threads / lanes;
+  const int blocks = (capped ? 500 : 1000 + teams_a_block - 1) / teams_a_block;
+  return {chunk, lanes, blocks, threads, 1, layout, 1000};
+}
+
 // The lanes that the reduce_sum kernel chosen for a float32 plan of 8 packs
 // a thread and `lanes` lanes is compiled for (0: it reads them at run time),
 // for 1000 rows on a grid with a team for each or, `capped`, for half.
 template <int kPack, bool kStreamed>
 int CompiledLanes(int lanes, bool capped) {
   constexpr RowLayout kLayout = kStreamed ? RowLayout::kStreamed : RowLayout::kHeld;
-  const int threads = std::max(lanes, TeamBlockThreads<reduce_sum::Policy<float>>(lanes));
-  const int teams_a_block = threads / lanes;
-  const int blocks = (capped ? 500 : 1000 + teams_a_block - 1) / teams_a_block;
-  const RowLaunch plan = {8, lanes, blocks, threads, 1, kLayout, 1000};
+  const RowLaunch plan = ThousandRowPlan<reduce_sum::Policy<float>>(8, lanes, kLayout, capped);
   const auto kernel = reduce_sum::SelectReduceSumKernel<float>{}(
       IntTag<kPack>{}, IntTag<8>{}, RowLayoutTag<kLayout>{}, plan);
   int compiled_for = -1;
@@ -98,10 +106,7 @@ int CompiledLanes(int lanes, bool capped) {
 // for 1000 rows on a grid with a team for each or, `capped`, for half.
 template <RowLayout kLayout>
 int ForwardTeamPerRow(int lanes, bool capped) {
-  const int threads = std::max(lanes, TeamBlockThreads<softmax::ForwardPolicy>(lanes));
-  const int teams_a_block = threads / lanes;
-  const int blocks = (capped ? 500 : 1000 + teams_a_block - 1) / teams_a_block;
-  const RowLaunch plan = {4, lanes, blocks, threads, 1, kLayout, 1000};
+  const RowLaunch plan = ThousandRowPlan<softmax::ForwardPolicy>(4, lanes, kLayout, capped);
   const auto kernel = softmax::SelectForwardKernel<float>{}(
       IntTag<4>{}, IntTag<4>{}, RowLayoutTag<kLayout>{}, plan);
   printf("%d\n", kernel.function == softmax::SoftmaxForwardKernel<float, 4, 4, kLayout, true>);
