@@ -1095,11 +1095,26 @@ def print_table(rows: list[Row]) -> None:
             notes.append("loop? " + b.get("loop_detail", ""))
         if b.get("device_note"):
             notes.append("dev? " + b["device_note"][:60])
+        if b.get("samples_vs_xla") == "slower":
+            notes.append("slower in every sample")
         print(f"{r.op:<13}{r.shape:<12}{r.dtype:<9}{r.backend:<9}{test:<14}"
               f"{_fmt(b.get('median_us'), '.1f'):>10}{_fmt(b.get('spread_pct'), '.0f'):>6}"
               f"{r.bytes_moved / 1e6:>9.1f}{_fmt(b.get('tbps'), '.2f'):>7}{_fmt(b.get('pct_of_ceiling'), '.0f'):>7}"
               f"{_fmt(b.get('speedup_vs_xla'), '.2f'):>8}{_fmt(b.get('device_us'), '.2f'):>8}"
               f"{_fmt(b.get('device_speedup_vs_xla'), '.2f'):>7}  {' '.join(notes)}")
+
+
+def samples_apart(ours: Sequence[float], xla: Sequence[float]) -> str:
+    """"slower" where every one of our samples took longer than every one of XLA's, "faster"
+    where every one took less, else "overlap". A case's backends take their samples in turn, so
+    of two equally fast ones, ours comes out "slower" by chance once in C(2n, n) cases of n
+    samples each (1 in 252 at 5): a ratio below 1.0x with samples that overlap is a tie within
+    the run's spread."""
+    if min(ours) > max(xla):
+        return "slower"
+    if max(ours) < min(xla):
+        return "faster"
+    return "overlap"
 
 
 def geomean(values: Sequence[float]) -> float:
@@ -1116,6 +1131,7 @@ def summarize(rows: list[Row]) -> list[dict[str, Any]]:
         tested = [r for r in members if r.test]
         timed = [r for r in members if r.bench]
         speedups = [r.bench["speedup_vs_xla"] for r in timed if r.bench.get("speedup_vs_xla")]
+        below = [r for r in timed if (r.bench.get("speedup_vs_xla") or math.inf) < 1.0]
         device = [(r.bench["device_speedup_vs_xla"], r) for r in timed if r.bench.get("device_speedup_vs_xla")]
         device_slowest = min(device, key=lambda t: t[0], default=None)
         slowest = min(timed, key=lambda r: r.bench.get("speedup_vs_xla") or math.inf, default=None)
@@ -1128,6 +1144,9 @@ def summarize(rows: list[Row]) -> list[dict[str, Any]]:
             "geomean_speedup_vs_xla": geomean(speedups) if speedups else None,
             "min_speedup_vs_xla": slowest.bench.get("speedup_vs_xla") if slowest and speedups else None,
             "min_speedup_case": f"{slowest.shape} {slowest.dtype}" if slowest and speedups else None,
+            "below_xla": len(below) if speedups else None,
+            "below_xla_in_every_sample": sum(r.bench.get("samples_vs_xla") == "slower" for r in below)
+            if speedups else None,
             "device_speedups": len(device),
             "geomean_device_speedup_vs_xla": geomean([d for d, _ in device]) if device else None,
             "min_device_speedup_vs_xla": device_slowest[0] if device_slowest else None,
@@ -1147,14 +1166,15 @@ def print_summary(summary: list[dict[str, Any]], ceiling: dict[str, Any] | None,
         print(f"copy ceiling: {ceiling['tbps']:.3f} TB/s ({ceiling['best_method']})")
     print()
     head = (f"{'op':<13}{'backend':<9}{'tests':>8}{'err':>5}{'geo x':>7}{'min x':>7}  {'min x at':<20}"
-            f"{'geo TB/s':>9}{'min%c≥256MB':>12}{'min dev x':>10}  {'min dev x at':<20}")
+            f"{'<1x':>4}{'apart':>6}{'geo TB/s':>9}{'min%c≥256MB':>12}{'min dev x':>10}  {'min dev x at':<20}")
     print(head)
     print("-" * len(head))
     for s in summary:
         tests = f"{s['tests_passed']}/{s['tests']}" if s["tests"] else "-"
         print(f"{s['op']:<13}{s['backend']:<9}{tests:>8}{s['errors']:>5}"
               f"{_fmt(s['geomean_speedup_vs_xla'], '.2f'):>7}{_fmt(s['min_speedup_vs_xla'], '.2f'):>7}  "
-              f"{(s['min_speedup_case'] or '-'):<20}{_fmt(s['geomean_tbps'], '.2f'):>9}"
+              f"{(s['min_speedup_case'] or '-'):<20}{_fmt(s['below_xla'], 'd'):>4}"
+              f"{_fmt(s['below_xla_in_every_sample'], 'd'):>6}{_fmt(s['geomean_tbps'], '.2f'):>9}"
               f"{_fmt(s['min_pct_ceiling_256mb'], '.0f'):>12}{_fmt(s['min_device_speedup_vs_xla'], '.2f'):>10}"
               f"  {(s['min_device_speedup_case'] or '-'):<20}")
 
@@ -1337,6 +1357,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "pct_of_ceiling": (row.bytes_moved / median / 1e12) / ceiling["tbps"] * 100
                     if median > 0 else math.nan,
                     "speedup_vs_xla": xla.median_s / median if comparable else None,
+                    "samples_vs_xla": samples_apart(timing.per_call_s, xla.per_call_s)
+                    if comparable else None,
                     "device_us": timing.device_s * 1e6 if timing.device_s is not None else None,
                     "device_speedup_vs_xla": xla.device_s / timing.device_s
                     if comparable and xla.device_s and timing.device_s else None,

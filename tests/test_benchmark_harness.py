@@ -52,15 +52,38 @@ def test_report_has_expected_fields(harness, tmp_path: Path) -> None:
     camp = rows[("softmax", "cpu")]
     assert camp["shape"] == "8x33" and camp["bytes_moved"] == 2 * 8 * 33 * 4
     assert camp["test"]["passed"] and camp["test"]["rel_error"] < 1e-5
-    for field in ("median_us", "spread_pct", "tbps", "pct_of_ceiling", "speedup_vs_xla", "loop_ok"):
+    for field in ("median_us", "spread_pct", "tbps", "pct_of_ceiling", "speedup_vs_xla", "loop_ok",
+                  "samples_vs_xla"):
         assert field in camp["bench"], field
     assert camp["bench"]["median_us"] > 0 and camp["bench"]["speedup_vs_xla"] > 0
+    assert camp["bench"]["samples_vs_xla"] in ("slower", "faster", "overlap")
+    summary = {s["backend"]: s for s in report["summary"]}
+    assert summary["cpu"]["below_xla"] in (0, 1) and summary["xla"]["below_xla"] is None
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         assert not plot_path.exists()
     else:
         assert plot_path.stat().st_size > 0
+
+
+def test_summary_counts_the_cases_below_xla_and_those_apart_from_it(harness) -> None:
+    """A ratio below 1.0x counts as below; it counts as apart only where every sample of ours took
+    longer than every one of XLA's, which a tie within the spread does not."""
+    assert harness.samples_apart([5.0, 5.1, 5.2], [4.0, 4.9, 4.95]) == "slower"
+    assert harness.samples_apart([5.0, 5.1, 5.2], [5.05, 5.3, 5.4]) == "overlap"
+    assert harness.samples_apart([3.0, 3.1], [3.2, 3.3]) == "faster"
+
+    def row(shape: str, speedup: float | None, samples: str | None):
+        return harness.Row("copy", shape, [1], "float32", "cuda", 1,
+                           bench={"speedup_vs_xla": speedup, "samples_vs_xla": samples, "tbps": 1.0,
+                                  "pct_of_ceiling": 90.0})
+
+    rows = [row("1", 0.98, "slower"), row("2", 0.995, "overlap"), row("3", 1.02, "overlap"),
+            row("4", 1.1, "faster"), row("5", None, None)]
+    (summary,) = harness.summarize(rows)
+    assert summary["below_xla"] == 2 and summary["below_xla_in_every_sample"] == 1
+    assert summary["min_speedup_case"] == "1 float32"
 
 
 def test_every_loop_runs_as_a_graph(harness, monkeypatch) -> None:
