@@ -272,7 +272,8 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
 // or more take a kernel with no loop over rows where the grid has a team for
 // every row, as reduce_sum's: with rotating inputs in CUDA graphs, 0.3-1.8%
 // shorter at the camp's shapes (float32 1008x2304 6.615 -> 6.514 us, bfloat16
-// 784x3840 5.269 -> 5.214), the large shapes within 0.16%. Teams of fewer
+// 784x3840 5.269 -> 5.214; one of two runs of float32 1008x1280 0.2% longer),
+// the large shapes within 0.16%. Teams of fewer
 // lanes, sharing a 64-thread block with other rows (262144x128), ran 0.1-0.6%
 // longer so, and keep the loop (benchmarks/results/2026-11-30-h200-v22-probes.txt).
 // The backward's lost up to 1.5% at the camp's shapes (-v21-probes.txt,
