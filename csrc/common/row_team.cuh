@@ -118,6 +118,18 @@ struct RowTeam {
   // empty.
   __device__ int64_t RowIn(int64_t group) const { return group + (threadIdx.x >> lanes_log2); }
 
+  // f(group) for each of the block's groups of rows: with kTeamPerRow (a
+  // launch with a team for every row, RowLaunch::TeamForEveryRow) the one
+  // group, with no loop around it; else every row_stride-th from the first.
+  template <bool kTeamPerRow, typename F>
+  __device__ __forceinline__ void ForEachGroup(int64_t rows, F&& f) const {
+    if constexpr (kTeamPerRow) {
+      f(first_row);
+    } else {
+      for (int64_t group = first_row; group < rows; group += row_stride) f(group);
+    }
+  }
+
   // Every row kernel calls this first. A cluster team's blocks set up the
   // barriers that the others' results count in on (ClusterReduce); none may
   // push a result before every block has.
@@ -583,10 +595,12 @@ struct RowLaunch {
   RowLayout layout;
   int64_t rows;
 
-  // The teams the grid holds: when as many as the rows, each team takes one.
+  // The teams the grid holds.
   int64_t Teams() const {
     return lanes <= threads ? int64_t{blocks} * (threads / lanes) : blocks / cluster;
   }
+  // Whether each team has one row to take (RowTeam::ForEachGroup).
+  bool TeamForEveryRow() const { return Teams() >= rows; }
 };
 
 // The row kernels' shared launch policy, for rows of `num_packs` packs, from

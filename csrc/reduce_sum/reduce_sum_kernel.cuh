@@ -105,11 +105,7 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
         partial, SumOp{}, scratch);
     if (valid && team.lane == 0) out[row] = FromFloat<T>(total);
   };
-  if constexpr (kTeamPerRow) {
-    sum_group(team.first_row);
-  } else {
-    for (int64_t group = team.first_row; group < rows; group += team.row_stride) sum_group(group);
-  }
+  team.ForEachGroup<kTeamPerRow>(rows, sum_group);
   team.Finish<kClusters>();
 }
 
@@ -136,7 +132,7 @@ struct SelectReduceSumKernel {
       return ReduceSumKernel<T, Pack::value, Chunk::value, kStreamed, decltype(fixed_lanes)::value>;
     };
     if constexpr (!kStreamed && Pack::value > 1) {
-      if (plan.Teams() >= plan.rows) {
+      if (plan.TeamForEveryRow()) {
         switch (plan.lanes) {
           case 32: return kernel(IntTag<32>{});
           case 64: return kernel(IntTag<64>{});

@@ -257,12 +257,7 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
                                                     [] {});
     }
   };
-  if constexpr (kTeamPerRow) {
-    softmax_of_group(team.first_row);
-  } else {
-    for (int64_t group = team.first_row; group < rows; group += team.row_stride)
-      softmax_of_group(group);
-  }
+  team.ForEachGroup<kTeamPerRow>(rows, softmax_of_group);
   team.Finish<kClusters>();
 }
 
@@ -289,7 +284,7 @@ struct SelectForwardKernel {
           kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
     };
     if constexpr (Layout::value == RowLayout::kHeld) {
-      if (plan.lanes >= 32 && plan.Teams() >= plan.rows) return kernel(std::true_type{});
+      if (plan.lanes >= 32 && plan.TeamForEveryRow()) return kernel(std::true_type{});
     }
     return kernel(std::false_type{});
   }
