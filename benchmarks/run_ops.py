@@ -356,14 +356,15 @@ class LoopPlan:
     sets keeps small inputs out of L2.
     The element goes in by an in-place one-element update of the input set, a
     tiny kernel of its own; for XLA's own elementwise ops (fused_link) it is
-    added in as input + 0 * element instead, which XLA fuses into the op at
-    no cost (XLA fused the update into x + y as well, and then copied x whole
-    to also update it in place). Either link, with the loop's own cost, is
-    timed alone (the scaffold, _scaffold_trip) and subtracted. An earlier "chain"
-    scheme fed copy's and vector_add's output back as their input: XLA's
-    fused op then ran in place on two buffers where a custom call needs
-    three, so shapes near the 50 MB L2 stayed in cache for XLA alone
-    (vector_add 2032x2304 float32 at 5.3 TB/s, past HBM).
+    added in as input + 0 * element instead, which XLA folds into the op, with
+    only the 0 * element in a small kernel of its own (about 1 us on the H200).
+    The in-place update does not do for those: XLA fused it into x + y, and
+    then copied x whole to also update it in place. Either link, with the
+    loop's own cost, is timed alone (the scaffold, _scaffold_trip) and
+    subtracted. An earlier "chain" scheme fed copy's and vector_add's output
+    back as their input: XLA's fused op then ran in place on two buffers
+    where a custom call needs three, so shapes near the 50 MB L2 stayed in
+    cache for XLA alone (vector_add 2032x2304 float32 at 5.3 TB/s, past HBM).
     """
 
     scheme: str
@@ -389,7 +390,8 @@ def _link(target: jax.Array, source: Any) -> jax.Array:
 
 def _fused_link(target: jax.Array, source: Any) -> jax.Array:
     # target + 0 * value: exact for the finite outputs the harness draws, and
-    # elementwise, so that XLA fuses it into its own elementwise op for free.
+    # elementwise, so that XLA folds it into its own elementwise op (computing
+    # 0 * value apart, in a small kernel: see benchmarks/README.md, Device time).
     return target + 0 * _link_value(target, source)
 
 
