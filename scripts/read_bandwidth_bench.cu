@@ -16,19 +16,11 @@
 #include <vector>
 
 #include "../csrc/common/hopper.cuh"
+#include "bench_check.h"
 
 namespace {
 
 using namespace jax_camp::hopper;
-
-#define BENCH_CHECK(call)                                                             \
-  do {                                                                                \
-    cudaError_t status_ = (call);                                                     \
-    if (status_ != cudaSuccess) {                                                     \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(status_)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 constexpr int kThreads = 256;
 

@@ -13,18 +13,10 @@
 
 #include "../csrc/reduce_sum/reduce_sum_kernel.cuh"
 #include "../csrc/softmax/softmax_kernel.cuh"
+#include "bench_check.h"
 
 namespace jax_camp {
 namespace {
-
-#define BENCH_CHECK(call)                                                             \
-  do {                                                                                \
-    cudaError_t status_ = (call);                                                     \
-    if (status_ != cudaSuccess) {                                                     \
-      std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(status_)); \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 template <typename T, typename Policy, typename Select, typename... Args>
 void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select select,
