@@ -85,8 +85,8 @@ class Settings:
 # Samples of 64 ms, not 8: what the host clock adds at a sample's two ends
 # then weighs an eighth as much. On the H200, reduce_sum float32 at
 # 8192x8192, 65536x1024 and 4096x32768, 9 samples each, twice: spreads
-# 2.3-6.2% at 8 ms, 0.5-2.6% at 64 ms
-# (benchmarks/results/2026-11-30-h200-v23-probes.txt, call 7).
+# 1.4-6.2% at 8 ms, 0.5-2.6% at 64 ms
+# (benchmarks/results/2026-11-30-h200-v23-probes.txt, call 8).
 GPU_SETTINGS = Settings(5, 10e-3, 64e-3, 60 * MIB, 16, 2 * GIB, "l2", queued_ahead=2)
 CPU_SETTINGS = Settings(3, 2e-3, 5e-3, 32 * MIB, 2, 32 * MIB)
 
