@@ -26,9 +26,10 @@ constexpr int kThreads = 256;
 
 __device__ __forceinline__ float SumOf(float4 v) { return (v.x + v.y) + (v.z + v.w); }
 
-// Keeps a block's sum live without writing it: the buffer holds zeros.
+// Keeps a block's sum, and so its loads, live: the store never happens, as
+// the buffer holds zeros, but the compiler cannot know that.
 __device__ __forceinline__ void Keep(float sum, float* out) {
-  if (sum == 1234.5f) out[blockIdx.x] = sum;
+  if (sum == 1234.5f) *out = sum;
 }
 
 template <int kLoads>
@@ -155,7 +156,7 @@ int main() {
   const int64_t sizes[] = {int64_t{1} << 30, int64_t{256} << 20, int64_t{128} << 20};
   float *x, *out;
   BENCH_CHECK(cudaMalloc(&x, sizes[0]));
-  BENCH_CHECK(cudaMalloc(&out, int64_t{sm_count} * 16 * sizeof(float)));
+  BENCH_CHECK(cudaMalloc(&out, sizeof(float)));
   BENCH_CHECK(cudaMemset(x, 0, sizes[0]));
   for (const int64_t bytes : sizes) {
     TimeTiles<1>(x, bytes, out);
