@@ -7,10 +7,12 @@ import importlib.util
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import jax_camp
 from conftest import has_gpu
+from helpers import f64, random_normal
 
 OPS = {
     "copy": lambda x, backend: jax_camp.copy(x, backend=backend),
@@ -63,3 +65,35 @@ def test_default_backend_lowers_for_either_platform():
     if has_gpu():
         y_gpu = f(jax.device_put(x, jax.devices("gpu")[0]))
         assert jnp.allclose(jax.device_get(y_gpu), jax.device_get(y_cpu), atol=1e-6)
+
+
+# Two calls of ours back to back, then an elementwise op of XLA's, each reading
+# the output of the one before: every kernel must run on XLA's stream (the
+# handler's, or the TileLang bridge's), after the one that wrote its input and
+# before the one that reads its output. 16 MiB a call keeps each kernel
+# running for several waves of blocks; a kernel that read a stale or
+# half-written buffer would be off by whole values, far past the tolerance for
+# the ops' different rounding. Each step's result broadcasts against
+# (4096, 1024), at about unit scale.
+CHAINED_STEPS = {
+    "copy": lambda y, b: jax_camp.copy(jax_camp.copy(y, backend=b), backend=b),
+    "vector_add": lambda y, b: jax_camp.vector_add(
+        jax_camp.vector_add(y, y, backend=b), y, backend=b),
+    "reduce_sum": lambda y, b: jnp.repeat(jax_camp.reduce_sum(
+        jax_camp.reduce_sum(y, backend=b).reshape(64, 64), backend=b), 64)[:, None] / 256,
+    "softmax": lambda y, b: jax_camp.softmax(jax_camp.softmax(y, backend=b), backend=b) * 1024,
+}
+
+
+@pytest.mark.parametrize("op", CHAINED_STEPS)
+def test_chained_calls_read_each_others_outputs(op, backend):
+    def chain(backend):
+        def run(x):
+            y = x
+            for _ in range(6):
+                y = 0.5 * x + 0.25 * CHAINED_STEPS[op](y, backend)
+            return y
+        return jax.jit(run)
+
+    x = random_normal((4096, 1024), jnp.float32)
+    np.testing.assert_allclose(f64(chain(backend)(x)), f64(chain("xla")(x)), rtol=1e-4, atol=1e-4)

@@ -365,6 +365,11 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
   }
   const int chunk_packs = lanes * kChunk;
   const bool row_in_registers = num_packs <= chunk_packs;
+  // Its own loop over groups, not RowTeam::ForEachGroup<false>: through the
+  // helper's lambda, ptxas gave 43 of the 52 backward kernels other register
+  // counts, and the backward ran up to 2.4% slower at bfloat16 262144x128,
+  // 144x1280 and 784x3840, up to 2% faster at 1008x1280 and 1008x2304
+  // (benchmarks/results/2026-11-30-h200-v25-probes.txt, call 1).
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
