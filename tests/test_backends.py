@@ -1,4 +1,4 @@
-"""Backend selection: names, the environment default, platform errors."""
+"""Backend selection: names, the environment default, platform errors; calls chained with XLA's."""
 
 from __future__ import annotations
 
