@@ -19,4 +19,9 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampVectorAddCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampReduceSumCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampSoftmaxCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampSoftmaxBackwardCuda);
+
+#include <string>
+// The compute capability (major * 10 + minor) that the CUDA kernels were
+// compiled for, as loaded on the current GPU; -1 with `error` set on failure.
+int JaxCampKernelArchitecture(std::string* error);
 #endif

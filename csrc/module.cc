@@ -2,6 +2,9 @@
 // platform name, the FFI handlers as capsules keyed by target name.
 #include <nanobind/nanobind.h>
 
+#include <stdexcept>
+#include <string>
+
 #include "handlers.h"
 
 namespace nb = nanobind;
@@ -44,6 +47,20 @@ NB_MODULE(_kernels, m) {
         "Handlers by XLA platform name ('cpu', 'CUDA'), each a dict of target name to capsule.");
 #ifdef JAX_CAMP_WITH_CUDA
   m.attr("built_with_cuda") = true;
+  // CMake's CUDA architectures for this build ("80-real", ...), and whether
+  // they are the project's default or the user's.
+  m.attr("cuda_architectures") = nb::str(JAX_CAMP_CUDA_ARCHITECTURES);
+  m.attr("cuda_architectures_chosen_by") = nb::str(JAX_CAMP_CUDA_ARCHITECTURES_CHOSEN_BY);
+  m.def(
+      "kernel_architecture",
+      [] {
+        std::string error;
+        const int architecture = JaxCampKernelArchitecture(&error);
+        if (architecture < 0) throw std::runtime_error(error);
+        return architecture;
+      },
+      "The compute capability x 10 that the CUDA kernels loaded on the current GPU were compiled "
+      "for: the planner's Hopper paths need 90 or more.");
 #else
   m.attr("built_with_cuda") = false;
 #endif

@@ -25,7 +25,7 @@ void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select
   int sm_count = 0;
   BENCH_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
   const int64_t num_packs = cols / kPack;
-  const RowLimits limits = LimitsOf<Policy>(kPack, clusters);
+  const RowLimits limits = LimitsOf<Policy>(kPack, clusters ? kHopperArchitecture : 80);
   int lanes = PlanRowLaunch(rows, num_packs, limits, sm_count).lanes;
   lanes = lanes_scale > 0 ? lanes * lanes_scale : lanes / -lanes_scale;
   const int max_lanes = Policy::kMaxThreads * (limits.cluster_threads > 0 ? kMaxClusterBlocks : 1);

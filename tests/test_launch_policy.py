@@ -31,9 +31,10 @@ DRIVER = r"""
 #include "softmax/softmax_kernel.cuh"
 using namespace jax_camp;
 
+// A plan for kernels compiled for `architecture` (compute capability x 10) on 132 SMs.
 template <typename Policy>
-RowLaunch Plan(long rows, long cols, int pack, bool clusters) {
-  return PlanRowLaunch(rows, cols / pack, LimitsOf<Policy>(pack, clusters), 132);
+RowLaunch Plan(long rows, long cols, int pack, int architecture) {
+  return PlanRowLaunch(rows, cols / pack, LimitsOf<Policy>(pack, architecture), 132);
 }
 
 __global__ void NoKernel(int) {}
@@ -118,7 +119,7 @@ int ForwardTeamPerRow(int lanes, bool capped) {
 template <typename T>
 int TeamBlock(long rows, long cols) {
   using Policy = reduce_sum::Policy<T>;
-  const RowLaunch plan = Plan<Policy>(rows, cols, kPack128<T>, false);
+  const RowLaunch plan = Plan<Policy>(rows, cols, kPack128<T>, 90);
   printf("%d %d %d\n", plan.lanes, plan.threads, TeamBlockThreads<Policy>(plan.lanes));
   return 0;
 }
@@ -148,15 +149,15 @@ int main(int argc, char** argv) {
   const char* kernel = argv[1];
   const long rows = atol(argv[2]), cols = atol(argv[3]);
   const int pack = atoi(argv[4]);
-  const bool clusters = atoi(argv[5]) != 0;
+  const int architecture = atoi(argv[5]);
   const RowLaunch plan =
-      !strcmp(kernel, "forward")    ? Plan<softmax::ForwardPolicy>(rows, cols, pack, clusters)
-      : !strcmp(kernel, "backward") ? Plan<softmax::BackwardPolicy>(rows, cols, pack, clusters)
+      !strcmp(kernel, "forward")    ? Plan<softmax::ForwardPolicy>(rows, cols, pack, architecture)
+      : !strcmp(kernel, "backward") ? Plan<softmax::BackwardPolicy>(rows, cols, pack, architecture)
       // reduce_sum's policy is in bytes: float32 for packs of 4 (and unaligned rows), else bfloat16
       // "reduce16": the 16-bit policy at any pack, unaligned rows' 1 too
       : pack == 8 || !strcmp(kernel, "reduce16")
-          ? Plan<reduce_sum::Policy<__nv_bfloat16>>(rows, cols, pack, clusters)
-                  : Plan<reduce_sum::Policy<float>>(rows, cols, pack, clusters);
+          ? Plan<reduce_sum::Policy<__nv_bfloat16>>(rows, cols, pack, architecture)
+                  : Plan<reduce_sum::Policy<float>>(rows, cols, pack, architecture);
   printf("%d %d %d %d %d %d %d\n", plan.lanes, plan.chunk, plan.threads, plan.cluster, plan.blocks,
          static_cast<int>(plan.layout), PrefetchSharedBytes(plan, 1) > 0);
 }
@@ -175,8 +176,8 @@ def plan(tmp_path_factory):
         capture_output=True, text=True, check=True,
     )
 
-    def run(kernel: str, rows: int, cols: int, pack: int, clusters: bool = True) -> dict[str, int]:
-        out = subprocess.run([str(binary), kernel, str(rows), str(cols), str(pack), str(int(clusters))],
+    def run(kernel: str, rows: int, cols: int, pack: int, architecture: int = 90) -> dict[str, int]:
+        out = subprocess.run([str(binary), kernel, str(rows), str(cols), str(pack), str(architecture)],
                              capture_output=True, text=True, check=True).stdout.split()
         lanes, chunk, threads, cluster, blocks, layout, prefetches = map(int, out)
         holds = lanes * chunk >= cols // pack
@@ -342,10 +343,40 @@ def test_quiet_grids_keep_16_bit_sums_to_7_packs_a_thread(plan, kernel, rows, co
     assert plan(kernel, rows, cols, pack)["lanes"] == lanes
 
 
-def test_no_clusters_without_device_support(plan):
-    """Where the device cannot launch clusters, the backward streams the rows clusters would hold."""
-    p = plan("backward", 4096, 20_000, 4, clusters=False)
-    assert (_team(p), p["holds"]) == ("block of 512", False)
+# Row lengths whose plans on Hopper (compute capability 9.0) hold rows in clusters, prefetch by
+# bulk copies, or neither, for every row kernel and pack.
+ARCHITECTURE_CASES = [
+    (kernel, cols, pack)
+    for kernel in ("forward", "backward", "reduce")
+    for cols, pack in ((1280, 4), (8192, 4), (12_000, 4), (40_000, 4), (40_000, 1), (70_001, 1),
+                       (150_000, 4), (262144, 4), (262144, 8), (600_000, 8))
+]
+
+
+@pytest.mark.parametrize("kernel,cols,pack", ARCHITECTURE_CASES)
+@pytest.mark.parametrize("rows", [3, 4096])
+def test_plans_use_hopper_paths_only_for_code_compiled_for_hopper(plan, kernel, cols, pack, rows):
+    """The planner takes the architecture the loaded kernels were compiled for (KernelArchitecture),
+    not the device's: code for compute capability 8.0 (an A100, or sm_80 PTX that an H200 compiles)
+    has no clusters and no bulk copies, so its plans never take them; rows that a cluster would hold
+    take one block, which streams them where its registers cannot hold them, and every other plan
+    is Hopper's."""
+    hopper = plan(kernel, rows, cols, pack, architecture=90)
+    ampere = plan(kernel, rows, cols, pack, architecture=80)
+    assert ampere["cluster"] == 1 and not ampere["prefetches"]
+    assert ampere["layout"] != "held in a cluster"
+    if hopper["cluster"] > 1:  # one block of the policy's most threads, holding or streaming
+        assert ampere["threads"] == 512
+        assert ampere["layout"] == ("held" if ampere["holds"] else "streamed")
+    else:
+        assert ampere == hopper
+
+
+def test_plans_take_clusters_on_hopper(plan):
+    """Test above, the other way round: on 9.0 the long rows above do take clusters and prefetch."""
+    assert plan("forward", 3, 40_000, 4, architecture=90)["cluster"] == 2
+    assert plan("forward", 3, 262144, 4, architecture=90)["prefetches"]
+    assert plan("backward", 4096, 20_000, 4, architecture=90)["cluster"] == 4
 
 
 def test_grid_is_capped_and_whole_clusters(plan):

@@ -211,11 +211,11 @@ inline ffi::Error CheckCuda(cudaError_t status, const char* what) {
                               cudaGetErrorString(status) + ")");
 }
 
-// An attribute of the current device, asked of the driver once per device:
-// a handler runs on XLA's launch path, where every host microsecond can leave
-// the GPU idle between small kernels.
-template <cudaDeviceAttr kAttribute>
-ffi::ErrorOr<int> CachedDeviceAttribute() {
+// query(device, &value) for the current device, asked once per device and
+// kept under Key: a handler runs on XLA's launch path, where every host
+// microsecond can leave the GPU idle between small kernels.
+template <typename Key, typename Query>
+ffi::ErrorOr<int> CachedPerDevice(Query query, const char* what) {
   constexpr int kMaxDevices = 64;
   static std::atomic<int> cached[kMaxDevices] = {};  // the value + 1; 0: not asked yet
   int device = 0;
@@ -226,10 +226,17 @@ ffi::ErrorOr<int> CachedDeviceAttribute() {
     if (known > 0) return known - 1;
   }
   int value = 0;
-  status = cudaDeviceGetAttribute(&value, kAttribute, device);
-  if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "querying the device"));
+  status = query(device, &value);
+  if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, what));
   if (device < kMaxDevices) cached[device].store(value + 1, std::memory_order_relaxed);
   return value;
+}
+
+template <cudaDeviceAttr kAttribute>
+ffi::ErrorOr<int> CachedDeviceAttribute() {
+  return CachedPerDevice<std::integral_constant<cudaDeviceAttr, kAttribute>>(
+      [](int device, int* value) { return cudaDeviceGetAttribute(value, kAttribute, device); },
+      "querying the device");
 }
 
 // For sizing grids to the machine.
@@ -237,12 +244,40 @@ inline ffi::ErrorOr<int> SmCount() {
   return CachedDeviceAttribute<cudaDevAttrMultiProcessorCount>();
 }
 
-// Whether kernels can be launched in thread-block clusters (compute capability 9.0 and up).
-inline ffi::ErrorOr<bool> ClusterLaunchSupported() {
-  auto supported = CachedDeviceAttribute<cudaDevAttrClusterLaunch>();
-  if (!supported.has_value()) return ffi::Unexpected(supported.error());
-  return *supported != 0;
+// Compute capabilities are written major * 10 + minor, as __CUDA_ARCH__ / 10.
+// Hopper (9.0) brought thread-block clusters, distributed shared memory and
+// the bulk copies of its TMA engine.
+constexpr int kHopperArchitecture = 90;
+
+inline bool HasClusters(int architecture) { return architecture >= kHopperArchitecture; }
+
+// Internal to each file that includes this header, so that each file asks
+// about its own code.
+namespace {
+
+// An empty kernel, compiled with the file's other kernels and loaded with them.
+__global__ void ArchitectureProbe() {}
+struct ArchitectureProbeKey {};
+
+// The architecture this file's kernels run as on the current device: the
+// virtual architecture of the code the driver loaded for it, which is what
+// __CUDA_ARCH__ was when that code was compiled. It can be older than the
+// device: on a GPU that a build has no machine code for, the driver compiles
+// the newest PTX the build carries, and there every Hopper path of code
+// compiled for an older architecture traps. The launch plans take it from
+// here, never from the device alone.
+inline ffi::ErrorOr<int> KernelArchitecture() {
+  return CachedPerDevice<ArchitectureProbeKey>(
+      [](int, int* value) {
+        cudaFuncAttributes attributes = {};
+        const cudaError_t status = cudaFuncGetAttributes(&attributes, ArchitectureProbe);
+        *value = attributes.ptxVersion;
+        return status;
+      },
+      "asking which architecture the loaded kernels were compiled for");
 }
+
+}  // namespace
 
 // Blocks of `threads` for ForBlockTile over `count` items, kUnroll a
 // thread: the grid covers the work in one sweep, each block one tile.

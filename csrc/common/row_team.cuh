@@ -213,7 +213,7 @@ struct RowTeam {
     // group of `blocks` lanes combines them, in the same order in every warp.
     return WarpReduce(results[threadIdx.x & (blocks - 1)], op, blocks);
 #else
-    __trap();  // the launcher plans clusters only on devices that have them
+    __trap();  // the launcher plans clusters only for code compiled for them
     return v;
 #endif
   }
@@ -567,11 +567,13 @@ __host__ __device__ constexpr int TeamBlockThreads(int lanes) {
   return TeamBlockThreads(lanes, Policy::kSharedBlockLanes, Policy::kRowsBlockThreads);
 }
 
-// kQuietGridMaxChunk holds for 16-byte packs only, what it was measured on.
+// For kernels compiled for `architecture` (KernelArchitecture): cluster
+// teams only where that code has them. kQuietGridMaxChunk holds for 16-byte
+// packs only, what it was measured on.
 template <typename Policy>
-RowLimits LimitsOf(int pack, bool clusters) {
+RowLimits LimitsOf(int pack, int architecture) {
   return {ChunkPacks(Policy::kMaxChunkElements, pack), Policy::kMaxThreads, Policy::kTeamLanes,
-          clusters ? Policy::kClusterBlockThreads : 0, Policy::kMinLanes,
+          HasClusters(architecture) ? Policy::kClusterBlockThreads : 0, Policy::kMinLanes,
           Policy::kSharedBlockLanes, Policy::kRowsBlockThreads, Policy::kSmallGridLanes,
           Policy::kBusyGridMaxChunk, pack > 1 ? Policy::kQuietGridMaxChunk : 0};
 }
@@ -925,13 +927,14 @@ ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, 
                            bool aligned, SelectKernel select_kernel, Args... args) {
   auto sm_count = SmCount();
   if (!sm_count.has_value()) return sm_count.error();
-  auto clusters = ClusterLaunchSupported();
-  if (!clusters.has_value()) return clusters.error();
+  // Code compiled for Hopper loads only on GPUs that launch clusters.
+  auto architecture = KernelArchitecture();
+  if (!architecture.has_value()) return architecture.error();
   constexpr int kPack = kPack128<T>;
   const bool packed = aligned && cols % kPack == 0;
   const int pack = packed ? kPack : 1;
   const RowLaunch plan =
-      PlanRowLaunch(rows, cols / pack, LimitsOf<Policy>(pack, *clusters), *sm_count);
+      PlanRowLaunch(rows, cols / pack, LimitsOf<Policy>(pack, *architecture), *sm_count);
   return packed ? LaunchRowKernelAs<Policy, kPack>(what, stream, plan, select_kernel, args...)
                 : LaunchRowKernelAs<Policy, 1>(what, stream, plan, select_kernel, args...);
 }
