@@ -1,62 +1,103 @@
 #!/usr/bin/env bash
-# The GPU run in one command: build jax_camp, run the GPU tests, the memory and
-# race checkers, and the benchmark, then print a short summary.
+# The GPU check in one command, on the package exactly as users get it: the
+# build `pip install .` makes (no architecture override), README's test
+# command `pytest tests` whole with --backend cuda and --backend tilelang,
+# then compute-sanitizer's four tools over the GPU tests of both backends,
+# and the benchmark. A short summary comes last.
 #
-#   scripts/gpu_check.sh [build] [test] [memcheck] [racecheck] [policy] [bench] [tilelang]
+#   scripts/gpu_check.sh [build] [cuda] [tilelang] [sanitize] [bench]
 #
-# With no arguments it does all but tilelang. Logs go to $OUT (the device
-# tool's output folder) or /tmp/jax_camp_gpu. On the H200 `build test bench`
-# took 565-640 s (2026-11-30), about a device call's 600 s limit: there, run
-# `build test` and `bench` as two calls back to back, which find the package
-# that the first installed while the machine stays warm.
+# With no arguments it runs build cuda tilelang sanitize. Each step fits in
+# one 10-minute device call; a later call's steps find the package the first
+# installed while the machine stays up, and build it again if it did not.
+# Logs go to $OUT (the device tool's output folder) or /tmp/jax_camp_gpu.
+# TileLang comes from .device/ (see ../shared/device/README.md): start with
+# `source .device/setup.sh && scripts/gpu_check.sh ...`.
 set -u -o pipefail
+cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/jax_camp_gpu}
 mkdir -p "$out"
-steps=${*:-build test memcheck racecheck bench}
+steps=${*:-build cuda tilelang sanitize}
 export PATH=/usr/local/cuda/bin:$PATH
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 export PYTHONUNBUFFERED=1
 summary=()
-op_tests="tests/test_copy.py tests/test_vector_add.py tests/test_reduce_sum.py tests/test_softmax.py tests/test_backends.py"
-# -P: keep the source tree off sys.path, so tests import the installed package.
+# README's `pytest tests`: the console script keeps the source tree off
+# sys.path, as `python3 -P -m pytest` does with the python3 that holds jax.
 pytest="python3 -P -m pytest -q -p no:cacheprovider"
+# The test files that run nothing on the GPU (compiler output, host plans, the
+# harness's CPU checks, install checks) stay out of the sanitizers' runs.
+host_only="test_cuda_codegen.py test_launch_policy.py test_benchmark_harness.py test_install.py test_sharding.py"
 
-run_step() {  # name, command...: runs it with its log under $out, records the last line
+run_step() {  # name, command...: runs it with its log under $out, records its last line
   local name=$1; shift
   local start=$SECONDS
   "$@" >"$out/$name.log" 2>&1
   local status=$?
-  summary+=("$(printf '%-10s exit %-3s %4ss  %s' "$name" "$status" $((SECONDS - start)) "$(tail -n 1 "$out/$name.log")")")
+  summary+=("$(printf '%-22s exit %-3s %4ss  %s' "$name" "$status" $((SECONDS - start)) \
+    "$(tail -n 1 "$out/$name.log")")")
 }
 
 has() { [[ " $steps " == *" $1 "* ]]; }
 
+installed() {  # whether python3 imports a jax_camp built from this tree, outside the tree
+  (cd /tmp && python3 -c "import jax_camp, sys; sys.exit(not jax_camp.registration.BUILT_WITH_CUDA)") 2>/dev/null
+}
+
+build() {
+  python3 -m pip install --no-build-isolation --no-deps -v . &&
+    (cd /tmp && python3 -c "from jax_camp import _kernels as k; print('built for', k.cuda_architectures, '(' + k.cuda_architectures_chosen_by + ')')")
+}
+
+gpu_test_files() {
+  for f in tests/test_*.py; do
+    [[ " $host_only " == *" $(basename "$f") "* ]] || echo "$f"
+  done
+}
+
+# One process per tool, backend and test file, as many at once as there are
+# cores: each tool slows the kernels it watches many times over.
+sanitize() {
+  local jobs=()
+  for tool in memcheck racecheck synccheck initcheck; do
+    for backend in cuda tilelang; do
+      for f in $(gpu_test_files); do jobs+=("$tool $backend $f"); done
+    done
+  done
+  mkdir -p "$out/sanitizer"
+  printf '%s\n' "${jobs[@]}" | xargs -P "$(nproc)" -L 1 bash -c '
+    tool=$0 backend=$1 file=$2 log='"$out"'/sanitizer/$0-$1-$(basename $2 .py).log
+    XLA_PYTHON_CLIENT_ALLOCATOR=platform compute-sanitizer --tool $tool --error-exitcode 9 \
+      --print-limit 20 '"$pytest"' $file --backend $backend >$log 2>&1
+    echo "exit $?" >>$log'
+  local failed=0
+  for tool in memcheck racecheck synccheck initcheck; do
+    for backend in cuda tilelang; do
+      local logs=("$out"/sanitizer/$tool-$backend-*.log)
+      local errors passed exits
+      errors=$(grep -ho "ERROR SUMMARY: [0-9]* error\|RACECHECK SUMMARY: [0-9]* hazard" "${logs[@]}" |
+               awk '{n += $3} END {print n + 0}')
+      passed=$(grep -ho "[0-9]* passed" "${logs[@]}" | awk '{n += $1} END {print n + 0}')
+      exits=$(grep -h "^exit " "${logs[@]}" | sort | uniq -c | tr '\n' ' ')
+      echo "$tool --backend $backend: $passed passed, $errors errors; ${#logs[@]} files, $exits"
+      grep -q "^exit [^0]" "${logs[@]}" && failed=1
+    done
+  done
+  return $failed
+}
+
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-# sm_90 only here: the machine is an H200; CI builds every architecture.
-has build && run_step build python3 -m pip install --no-build-isolation --no-deps -v \
-  -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90-real .
-has test && run_step test $pytest $op_tests --backend cuda
-# One cudaMalloc per buffer (no BFC pool), so that memcheck sees each
-# buffer's bounds rather than one big slab.
-has memcheck && XLA_PYTHON_CLIENT_ALLOCATOR=platform run_step memcheck \
-  compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
-  $pytest $op_tests --backend cuda -x
-has racecheck && XLA_PYTHON_CLIENT_ALLOCATOR=platform run_step racecheck \
-  compute-sanitizer --tool racecheck --error-exitcode 9 --print-limit 20 \
-  $pytest tests/test_softmax.py tests/test_reduce_sum.py --backend cuda -x
-has tilelang && run_step tilelang $pytest $op_tests --backend tilelang
-if has policy; then
-  mkdir -p build
-  run_step policy bash -c "nvcc -std=c++17 -O3 -arch=sm_90 --expt-relaxed-constexpr \
-    -I$(python3 -c 'import jax.ffi; print(jax.ffi.include_dir())') \
-    scripts/row_policy_bench.cu -o build/row_policy_bench && build/row_policy_bench"
-  cp "$out/policy.log" "$out/row_policy.txt"
+if has build || ! installed; then run_step build build; fi
+has cuda && run_step "pytest --backend cuda" $pytest tests --backend cuda
+has tilelang && run_step "pytest --backend tilelang" $pytest tests --backend tilelang
+if has sanitize; then
+  run_step sanitize sanitize
+  summary+=("$(grep -- '--backend' "$out/sanitize.log" | sed 's/^/    /')")
 fi
-if has bench && [ -f benchmarks/run_ops.py ]; then
+if has bench; then
   run_step bench python3 benchmarks/run_ops.py --op all --backend all --mode all --no-progress \
     --json "$out/h200.json" --plot "$out/h200.png"
   cp "$out/bench.log" "$out/h200.txt"
 fi
-grep -h "ERROR SUMMARY\|RACECHECK SUMMARY" "$out"/memcheck.log "$out"/racecheck.log 2>/dev/null
 printf '%s\n' "${summary[@]}"
