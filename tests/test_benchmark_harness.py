@@ -1,9 +1,9 @@
-"""The benchmark harness (benchmarks/run_ops.py) on tiny CPU sizes: it writes
-its report, and its test mode catches a wrong result."""
+"""The benchmark harness (benchmarks/run_ops.py and benchmarks/harness/) on tiny CPU sizes: its
+report, its timing method, the guards that keep an impossible figure from being printed, the tie
+rule, and its test mode catching a wrong result."""
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 import re
@@ -15,260 +15,305 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-HARNESS = Path(__file__).resolve().parents[1] / "benchmarks" / "run_ops.py"
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCH))
 
-pytestmark = pytest.mark.skipif(
-    jax.default_backend() != "cpu", reason="the harness's CI run is the CPU one"
-)
+from harness import crosscheck, report, runner, sampling, timing, trace, verdict  # noqa: E402
+from harness import cases as C  # noqa: E402
+
+pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="the harness's CI run is the CPU one")
+
+TINY = ["--shapes", "8x33,100", "--dtype", "float32", "--repeats", "5", "--sample-ms", "2",
+        "--ceiling-mb", "4", "--no-progress", "--seed", "3"]
 
 
 @pytest.fixture(scope="module")
-def harness():
-    spec = importlib.util.spec_from_file_location("run_ops_under_test", HARNESS)
+def run_ops():
+    spec = importlib.util.spec_from_file_location("run_ops_under_test", BENCH / "run_ops.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    if module.jax_camp is None:
-        pytest.skip(f"jax_camp does not import: {module.JAX_CAMP_IMPORT_ERROR}")
+    if C.jax_camp is None:
+        pytest.skip(f"jax_camp does not import: {C.JAX_CAMP_IMPORT_ERROR}")
     return module
 
 
-TINY = ["--shapes", "8x33,100", "--dtype", "float32", "--repeats", "1", "--ceiling-mb", "4",
-        "--no-progress", "--seed", "3"]
+def _run(run_ops, tmp_path: Path, *args: str) -> tuple[int, dict]:
+    path = tmp_path / "r.json"
+    rc = run_ops.main([*args, "--json", str(path)])
+    return rc, json.loads(path.read_text())
 
 
-def test_report_has_expected_fields(harness, tmp_path: Path) -> None:
-    report_path, plot_path = tmp_path / "r.json", tmp_path / "r.png"
-    rc = harness.main(["--op", "softmax", "--backend", "all", "--mode", "all", *TINY,
-                       "--json", str(report_path), "--plot", str(plot_path)])
+def test_report_has_expected_fields(run_ops, tmp_path: Path) -> None:
+    rc, rep = _run(run_ops, tmp_path, "--op", "softmax", "--backend", "all", "--mode", "all", *TINY)
     assert rc == 0
-    report = json.loads(report_path.read_text())
-    for field in ("date", "device", "jax_version", "command", "ceiling", "rows", "summary", "seed",
-                  "xla_flags"):
-        assert field in report, field
-    assert report["ceiling"]["tbps"] > 0
-    rows = {(r["op"], r["backend"]): r for r in report["rows"]}
-    assert set(rows) == {("softmax", "cpu"), ("softmax", "xla")}  # the flat shape is not a row op's
-    camp = rows[("softmax", "cpu")]
+    for field in ("date", "device", "jax_version", "commit", "command", "ceiling", "cheapest_call_us",
+                  "cross_checks", "rows", "summary", "seed", "settings"):
+        assert field in rep, field
+    assert rep["commit"] == "unknown" or re.fullmatch(r"[0-9a-f]{40}", rep["commit"])
+    assert rep["command"].startswith("python benchmarks/run_ops.py --op softmax")
+    rows = {(r["op"], r["backend"], r["kind"]): r for r in rep["rows"]}
+    # The flat shape is not a row op's; the host-bound shape comes once per dtype.
+    assert set(rows) == {("softmax", b, k) for b in ("cpu", "xla") for k in ("case", "host")}
+    camp = rows[("softmax", "cpu", "case")]
     assert camp["shape"] == "8x33" and camp["bytes_moved"] == 2 * 8 * 33 * 4
     assert camp["test"]["passed"] and camp["test"]["rel_error"] < 1e-5
-    for field in ("median_us", "spread_pct", "tbps", "pct_of_ceiling", "speedup_vs_xla", "loop_ok",
-                  "samples_vs_xla"):
-        assert field in camp["bench"], field
-    assert camp["bench"]["median_us"] > 0 and camp["bench"]["speedup_vs_xla"] > 0
-    assert camp["bench"]["samples_vs_xla"] in ("slower", "faster", "overlap")
-    summary = {s["backend"]: s for s in report["summary"]}
-    assert summary["cpu"]["below_xla"] in (0, 1) and summary["xla"]["below_xla"] is None
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        assert not plot_path.exists()
-    else:
-        assert plot_path.stat().st_size > 0
+    bench = camp["bench"]
+    assert bench["valid"] and bench["median_us"] > 0 and len(bench["samples_us"]) == 5
+    assert bench["vs_xla"]["verdict"] in (verdict.FASTER, verdict.SLOWER, verdict.TIE, verdict.TIE_AT_CEILING)
+    assert bench["vs_xla"]["ratio_low"] <= bench["vs_xla"]["ratio"] <= bench["vs_xla"]["ratio_high"]
+    host = rows[("softmax", "cpu", "host")]
+    assert host["shape"] == C.HOST_SHAPE and "tbps" not in host["bench"]  # no bandwidth where dispatch rules
+    summary = {s["backend"]: s for s in rep["summary"]}
+    assert summary["cpu"]["compared"] == 1 and summary["xla"]["compared"] == 0
 
 
-def test_summary_counts_the_cases_below_xla_and_those_apart_from_it(harness) -> None:
-    """A ratio below 1.0x counts as below; it counts as apart only where every sample of ours took
-    longer than every one of XLA's, which a tie within the spread does not."""
-    assert harness.samples_apart([5.0, 5.1, 5.2], [4.0, 4.9, 4.95]) == "slower"
-    assert harness.samples_apart([5.0, 5.1, 5.2], [5.05, 5.3, 5.4]) == "overlap"
-    assert harness.samples_apart([3.0, 3.1], [3.2, 3.3]) == "faster"
-
-    def row(shape: str, speedup: float | None, samples: str | None):
-        return harness.Row("copy", shape, [1], "float32", "cuda", 1,
-                           bench={"speedup_vs_xla": speedup, "samples_vs_xla": samples, "tbps": 1.0,
-                                  "pct_of_ceiling": 90.0})
-
-    rows = [row("1", 0.98, "slower"), row("2", 0.995, "overlap"), row("3", 1.02, "overlap"),
-            row("4", 1.1, "faster"), row("5", None, None)]
-    (summary,) = harness.summarize(rows)
-    assert summary["below_xla"] == 2 and summary["below_xla_in_every_sample"] == 1
-    assert summary["min_speedup_case"] == "1 float32"
+def test_plot_without_matplotlib_is_an_error_naming_the_extra(run_ops, monkeypatch, capsys, tmp_path) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
+    with pytest.raises(SystemExit) as exit_info:
+        run_ops.main(["--op", "copy", "--plot", str(tmp_path / "r.png"), *TINY])
+    assert exit_info.value.code == 2
+    assert 'pip install ".[bench]"' in capsys.readouterr().err
+    assert not (tmp_path / "r.png").exists()
 
 
-def test_every_loop_runs_as_a_graph(harness, monkeypatch) -> None:
-    """The scaffold must run as the op loops do (run_ops.LOOP_XLA_FLAG); a caller's own value stays."""
-    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/tmp/x")
-    harness.use_graphs_for_every_loop()
-    assert harness.os.environ["XLA_FLAGS"] == "--xla_dump_to=/tmp/x --xla_gpu_graph_min_graph_size=1"
-    monkeypatch.setenv("XLA_FLAGS", "--xla_gpu_graph_min_graph_size=3")
-    harness.use_graphs_for_every_loop()
-    assert harness.os.environ["XLA_FLAGS"] == "--xla_gpu_graph_min_graph_size=3"
-    monkeypatch.delenv("XLA_FLAGS")
-    harness.use_graphs_for_every_loop()
-    assert harness.os.environ["XLA_FLAGS"] == "--xla_gpu_graph_min_graph_size=1"
+def test_plot_is_drawn_with_a_marker_for_a_case_not_run(run_ops, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    rows = [report.Row("copy", "8x33", [8, 33], "float32", "cpu", 2112, bench={"valid": True, "tbps": 0.01}),
+            report.Row("copy", "100", [100], "float32", "cpu", 800, skipped="not run (--time-limit 1 s)")]
+    path = tmp_path / "r.png"
+    run_ops.draw_plot(str(path), rows, 0.02, "title")
+    assert path.stat().st_size > 0
 
 
-def test_test_mode_catches_a_wrong_result(harness, tmp_path: Path, monkeypatch) -> None:
-    real_softmax = harness.jax_camp.softmax
+def test_test_mode_catches_a_wrong_result(run_ops, tmp_path: Path, monkeypatch) -> None:
+    real_softmax = C.jax_camp.softmax
 
     def off_by_one_percent(x, axis=-1, *, backend=None):
         return (real_softmax(x, axis=axis, backend=backend) * 1.01).astype(jnp.result_type(x))
 
-    monkeypatch.setattr(harness.jax_camp, "softmax", off_by_one_percent)
-    report_path = tmp_path / "r.json"
-    # A shape no other test compiled: the harness's jit cache must not hold the real op.
-    rc = harness.main(["--op", "softmax", "--backend", "cpu", "--mode", "test", *TINY,
-                       "--shapes", "5x41", "--json", str(report_path)])
+    monkeypatch.setattr(C.jax_camp, "softmax", off_by_one_percent)
+    # A shape no other test compiled: the jit cache must not hold the real op.
+    rc, rep = _run(run_ops, tmp_path, "--op", "softmax", "--backend", "cpu", "--mode", "test", *TINY,
+                   "--shapes", "5x41")
     assert rc != 0
-    (row,) = json.loads(report_path.read_text())["rows"]
+    (row,) = rep["rows"]
     assert row["test"]["passed"] is False and row["test"]["rel_error"] > 1e-3
 
 
-def test_copy_and_add_take_flat_shapes(harness, tmp_path: Path) -> None:
-    report_path = tmp_path / "r.json"
-    rc = harness.main(["--op", "vector_add", "--backend", "cpu", "--mode", "test", *TINY,
-                       "--json", str(report_path)])
+def test_copy_and_add_take_flat_shapes(run_ops, tmp_path: Path) -> None:
+    rc, rep = _run(run_ops, tmp_path, "--op", "vector_add,copy", "--backend", "cpu", "--mode", "test", *TINY)
     assert rc == 0
-    rows = json.loads(report_path.read_text())["rows"]
-    assert [r["shape"] for r in rows] == ["8x33", "100"]
-    assert all(r["test"]["passed"] for r in rows)
+    assert [(r["op"], r["shape"]) for r in rep["rows"]] == [
+        ("vector_add", "8x33"), ("vector_add", "100"), ("copy", "8x33"), ("copy", "100")]
+    assert all(r["test"]["passed"] for r in rep["rows"])
 
 
-def test_no_speedup_from_a_loop_that_went_wrong(harness, tmp_path: Path, monkeypatch) -> None:
-    """A ratio against an XLA loop that merged calls or copied would compare different work."""
-    real_inspect = harness.inspect_loop
+def test_every_op_is_one_entry_with_its_reference() -> None:
+    assert list(C.OPS) == ["copy", "vector_add", "reduce_sum", "softmax", "softmax_grad"]
+    for op in C.OPS.values():
+        inputs = tuple(jnp.ones((2, 8), jnp.float32) for _ in range(op.inputs))
+        got = jax.tree_util.tree_leaves(C.jitted(op.name, "xla")(*inputs))
+        assert len(got) == len(op.reference(jnp, inputs)) == len(op.error_scales(jnp, inputs, got))
 
-    def xla_merged(hlo, op, backend, plan):
-        report = real_inspect(hlo, op, backend, plan)
-        if backend == "xla":
-            return harness.LoopReport(False, "only 1 kernels for 8 calls", report.custom_calls, 1, 0)
-        return report
 
-    monkeypatch.setattr(harness, "inspect_loop", xla_merged)
-    report_path = tmp_path / "r.json"
-    rc = harness.main(["--op", "softmax", "--backend", "all", "--mode", "bench", *TINY,
-                       "--json", str(report_path)])
+def test_impossible_measurements_are_reported_invalid(capsys) -> None:
+    """0.0 s, a call under the cheapest jitted call, or a bandwidth past the ceiling: none is
+    printed as a figure, and none enters a ratio."""
+    limits = verdict.Limits(floor_s=5e-6, ceiling_bps=20e9)
+    moved = 2 * 64 * 1000 * 2
+    good = verdict.side_figures([30e-6] * 5, moved, True, limits)
+    for samples, words in (([0.0] * 5, "time per call"), ([0.5e-6] * 5, "cheapest jitted call"),
+                           ([30e-6, 30e-6, 0.0, 30e-6, 30e-6], "time per call")):
+        bad = verdict.side_figures(samples, moved, True, limits)
+        assert not bad["valid"] and words in bad["invalid"] and "median_us" not in bad
+        assert verdict.compare(good, bad) is None and verdict.compare(bad, good) is None
+    past_ceiling = verdict.side_figures([6e-6] * 5, 10 * moved, False, limits)
+    assert not past_ceiling["valid"] and "copy ceiling" in past_ceiling["invalid"]
+    row = report.Row("copy", "64x1000", [64, 1000], "bfloat16", "cpu", moved, bench={
+        **verdict.side_figures([0.0] * 5, moved, True, limits)})
+    report.print_rows([row])
+    cells = _cells(capsys.readouterr().out.splitlines()[-1], report.CASE_COLUMNS)
+    assert cells["us/call"] == "invalid" and cells["note"].startswith("invalid:")
+    assert all(cells[name] in ("", "-") for name in ("±%", "TB/s", "%ceil", "vs xla [range]", "dev us"))
+
+
+def test_the_tie_rule() -> None:
+    limits = verdict.Limits(1e-6, 1e12)
+
+    def side(samples_us, moved=None):
+        return verdict.side_figures([s * 1e-6 for s in samples_us], moved, False, limits)
+
+    xla = side([10.0, 10.2, 9.9, 10.1, 10.0])
+    assert verdict.compare(side([9.8, 10.3, 9.7, 10.2, 10.0]), xla)["verdict"] == verdict.TIE
+    assert verdict.compare(side([8.0, 8.1, 8.0, 8.2, 7.9]), xla)["verdict"] == verdict.FASTER
+    assert verdict.compare(side([12.0, 12.1, 12.0, 12.2, 11.9]), xla)["verdict"] == verdict.SLOWER
+    moved = int(0.95e12 * 10e-6)  # 95% of the ceiling at 10 us
+    at_ceiling = verdict.compare(side([9.5] * 5, moved), side([10.0] * 5, moved))
+    assert at_ceiling["verdict"] == verdict.TIE_AT_CEILING and at_ceiling["ratio"] > 1.0
+
+
+def _cells(line: str, columns) -> dict[str, str]:
+    """A printed row, cut at the table's column widths."""
+    cells, at = {}, 0
+    for name, width, _ in columns:
+        cells[name] = (line[at:at + width] if width else line[at:]).strip()
+        at += width + 1
+    return cells
+
+
+def _number(text: str) -> float:
+    value = float(text)
+    assert value > 0, text  # a figure never prints as zero
+    return value
+
+
+def test_every_printed_figure_is_plausible(run_ops, tmp_path: Path, capsys) -> None:
+    """End to end on the CPU: every time, bandwidth and ratio that the tables print is a
+    positive figure at or above the floor the run measured, and no bandwidth is past what the
+    cache allows; none is invalid."""
+    rc, rep = _run(run_ops, tmp_path, "--op", "all", "--backend", "all", "--mode", "bench", *TINY)
     assert rc == 0
-    rows = {r["backend"]: r for r in json.loads(report_path.read_text())["rows"]}
-    assert rows["xla"]["bench"]["loop_ok"] is False
-    assert rows["cpu"]["bench"]["loop_ok"] is True
-    assert rows["cpu"]["bench"]["median_us"] > 0 and rows["cpu"]["bench"]["speedup_vs_xla"] is None
+    out = capsys.readouterr().out.splitlines()
+    floor_us, ceiling = rep["cheapest_call_us"], rep["ceiling"]["tbps"]
+    host_at = out.index(next(ln for ln in out if ln.startswith("host-bound")))
+    table = [(ln, report.CASE_COLUMNS) for ln in out[:host_at] if ln.split()[:1] and ln.split()[0] in C.OPS
+             and " TB/s" not in ln]
+    table += [(ln, report.HOST_COLUMNS) for ln in out[host_at:] if ln.split()[:1] and ln.split()[0] in C.OPS
+              and len(ln.split()) > 3 and ln.split()[3] in ("cpu", "xla") and "/" not in ln.split()[4]]
+    assert len(table) == len(rep["rows"])
+    for line, columns in table:
+        cells = _cells(line, columns)
+        assert _number(cells["us/call"]) >= verdict.FLOOR_SHARE * floor_us, line
+        assert float(cells["±%"]) >= 0, line
+        if "TB/s" in cells:
+            assert _number(cells["TB/s"]) <= verdict.IN_CACHE_FACTOR * ceiling, line
+            assert _number(cells["%ceil"]) <= verdict.IN_CACHE_FACTOR * 100, line
+        if cells["backend"] != "xla":
+            assert all(_number(v) for v in re.findall(r"[\d.]+(?:e-?\d+)?", cells["vs xla [range]"])), line
+            assert cells["verdict"] in (verdict.FASTER, verdict.SLOWER, verdict.TIE, verdict.TIE_AT_CEILING)
+    assert not any(r["bench"] and not r["bench"]["valid"] for r in rep["rows"])
 
 
-def test_backends_take_their_samples_in_turn(harness, monkeypatch) -> None:
-    """A case's backends alternate sample by sample, so that a drift during the case weighs on
-    both; a backend that fails to build leaves the others timed."""
+def test_pipelined_samples_wait_for_what_they_count() -> None:
+    waited = []
+    per_call = sampling.sample_calls(lambda i: i, 5, waited.append, keep_outputs=True)
+    assert waited == [[0, 1, 2, 3, 4]] and per_call > 0
+    sampling.sample_calls(lambda i: i, 5, waited.append, keep_outputs=False)
+    assert waited[-1] == 4
+
+    def slow(i: int) -> int:
+        time.sleep(1e-3)
+        return i
+
+    assert sampling.sample_calls(slow, 4, lambda _: None, False) >= 1e-3
+    calls = sampling.calls_for_target(slow, lambda _: None, False, 20e-3, 2, 1000)
+    assert 10 <= calls <= 40
+
+
+def test_backends_take_their_samples_in_turn() -> None:
+    """Samples alternate a, b, a, b, ... so that a drift during a case weighs on both sides; a
+    side that fails keeps its error and the other goes on."""
     order = []
-    real_sample = harness.LoopRun.sample
 
-    def recorded(run):
-        order.append(run)
-        real_sample(run)
+    def taker(name: str, fail_at: int | None = None):
+        def take() -> float:
+            order.append(name)
+            if fail_at is not None and order.count(name) == fail_at:
+                raise RuntimeError("broken")
+            return 1.0
+        return take
 
-    real_compile = harness.Timer.compile_loop
-
-    def compile_loop_without_cpu(self, op, backend, shape, dtype_name):
-        if backend == "cpu":
-            raise RuntimeError("no kernel")
-        return real_compile(self, op, backend, shape, dtype_name)
-
-    monkeypatch.setattr(harness.LoopRun, "sample", recorded)
-    timer = harness.Timer(harness.CPU_SETTINGS, 2e10, 5e-6, 0)
-    shape = harness.parse_shape("64x256")
-    timings = timer.time_cases("reduce_sum", ["xla", "cpu"], shape, "float32")
-    repeats = harness.CPU_SETTINGS.repeats
-    loops = order[:2 * repeats]  # then the scaffold's own samples
-    assert len(set(loops)) == 2 and loops == [loops[0], loops[1]] * repeats
-    assert all(len(t.per_call_s) == repeats for t in timings.values())
-    monkeypatch.setattr(harness.Timer, "compile_loop", compile_loop_without_cpu)
-    timings = timer.time_cases("reduce_sum", ["xla", "cpu"], shape, "float32")
-    assert isinstance(timings["cpu"], RuntimeError) and timings["xla"].median_s > 0
+    got = sampling.interleaved_samples({"xla": taker("xla"), "cpu": taker("cpu", fail_at=2)}, 4)
+    assert order == ["xla", "cpu", "xla", "cpu", "xla", "xla"]
+    assert got["xla"] == [1.0] * 4 and isinstance(got["cpu"], RuntimeError)
 
 
-def test_queued_samples_time_every_call_they_count(harness) -> None:
-    """A sample queues calls before its clock starts (LoopRun); on a platform that runs each
-    call as it is launched, those have ended by then, and the loop is timed unqueued. Counting
-    them though they ended before the clock started read about 0 s a call."""
-    call_s = 2e-3
+def test_a_backend_that_fails_leaves_the_others_timed() -> None:
+    def broken(x):
+        raise RuntimeError("no kernel")
 
-    def runs_as_launched(sets, outs, scale):
-        time.sleep(call_s)
-        return sets, outs
-
-    state = ((jnp.zeros(4),), (jnp.zeros(4),))
-    settings = dataclasses.replace(harness.CPU_SETTINGS, queued_ahead=2, sample_target_s=1e-9)
-    run = harness.LoopRun(runs_as_launched, state, jnp.ones(()), settings)
-    run.sample()
-    assert run.queued_ahead == 0 and run.samples[0] > 0.8 * call_s, run.samples
+    sets = C.input_sets("softmax", C.parse_shape("4x16"), "float32", 2, 0)
+    got = timing.time_case({"xla": C.jitted("softmax", "xla"), "cpu": broken}, sets, timing.CPU_SETTINGS)
+    assert isinstance(got["cpu"], RuntimeError)
+    assert len(got["xla"].samples_s) == timing.CPU_SETTINGS.repeats and got["xla"].median_s > 0
 
 
-def test_xla_elementwise_loop_has_no_copies(harness) -> None:
-    """XLA's own add takes the link fused: with the in-place update it copied x whole every call."""
-    timer = harness.Timer(harness.CPU_SETTINGS, 2e10, 5e-6, 0)
-    timing = timer.time_case("vector_add", "xla", harness.parse_shape("1001*16"), "float32")
-    assert timing.plan.fused_link
-    assert timing.loop.copies == 0 and timing.loop.ok, timing.loop.detail
+def test_rotating_sets_overflow_twice_the_cache() -> None:
+    settings = timing.GPU_SETTINGS
+    assert timing.rotating_sets(2 * 8192 * 8192 * 4, settings) == (1, False)
+    count, in_cache = timing.rotating_sets(2 * 1008 * 1280 * 4, settings)
+    assert count * 2 * 1008 * 1280 * 4 >= 2 * settings.cache_bytes and not in_cache
+    assert timing.rotating_sets(2 * 8 * 128 * 4, settings) == (settings.max_sets, True)
 
 
-@pytest.mark.parametrize("op,backend", [("reduce_sum", "cpu"), ("vector_add", "xla")])
-def test_scaffold_is_the_link_alone(harness, op: str, backend: str) -> None:
-    """What is subtracted is the link: one one-element update a call (a fused link: a trip), and
-    nothing else, so that each op keeps its whole kernel time (the v9 scaffold wrote an output too)."""
-    timer = harness.Timer(harness.CPU_SETTINGS, 2e10, 5e-6, 0)
-    shape = harness.parse_shape("64x256")
-    plan = dataclasses.replace(harness.plan_for(op, backend, shape, 4, 2e10, harness.CPU_SETTINGS, 5e-6), trips=3)
-    text = timer._scaffold_program(shape, "float32", plan)[0].as_text()
-    body_name = re.search(r"while\(.*?body=%?([\w.\-]+)", text).group(1)
-    head = re.search(r"^%?" + re.escape(body_name) + r" .*\{$", text, re.M)
-    body = text[head.end(): text.index("\n}", head.end())]
-    kernels = [line for line in body.splitlines() if " fusion(" in line and " s32[] " not in line]
-    updates = [line for line in kernels if "dynamic-update-slice" in line]
-    assert len(updates) == len(kernels) == (1 if plan.fused_link else plan.calls_per_trip)
-    assert " copy(" not in body and "custom-call(" not in body
+def _event(tid: int, ts: float, dur: float, name: str = "kernel") -> dict:
+    return {"ph": "X", "pid": 2, "tid": tid, "ts": ts, "dur": dur, "name": name}
 
 
-def test_scaffold_is_compiled_once_a_loop_shape(harness) -> None:
-    """The loop time and the device time both run the scaffold: one executable serves both, each
-    run on inputs of its own (the loop donates them)."""
-    timer = harness.Timer(harness.CPU_SETTINGS, 2e10, 5e-6, 0)
-    shape = harness.parse_shape("64x256")
-    plan = harness.plan_for("reduce_sum", "cpu", shape, 4, 2e10, harness.CPU_SETTINGS, 5e-6)
-    first, first_state, _ = timer._scaffold_program(shape, "float32", plan)
-    second, second_state, _ = timer._scaffold_program(shape, "float32", plan)
-    assert first is second and first_state[0][0] is not second_state[0][0]
-    other = timer._scaffold_program(shape, "bfloat16", plan)[0]
-    assert other is not first
-
-
-def test_gpu_stream_events_keep_the_gpu_streams_only(harness) -> None:
-    events = [
+def test_device_time_is_each_calls_span_on_the_gpu_streams() -> None:
+    meta = [
         {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/host:CPU"}},
         {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/device:GPU:0"}},
         {"ph": "M", "name": "thread_name", "pid": 2, "tid": 7, "args": {"name": "Stream #7(compute)"}},
         {"ph": "M", "name": "thread_name", "pid": 2, "tid": 8, "args": {"name": "XLA Ops"}},
-        {"ph": "X", "pid": 1, "tid": 7, "name": "host work", "dur": 100.0},
-        {"ph": "X", "pid": 2, "tid": 8, "name": "an op's span", "dur": 50.0},
-        {"ph": "X", "pid": 2, "tid": 7, "name": "kernel", "dur": 1.5},
-        {"ph": "X", "pid": 2, "tid": 7, "name": "memcpy", "dur": 0.5},
     ]
-    kept = harness.gpu_stream_events(events)
-    assert [e["name"] for e in kept] == ["kernel", "memcpy"]
-    assert harness.busy_seconds(kept) == pytest.approx(2e-6)
-    assert harness.stream_breakdown(kept + kept[:1], calls=2) == [
-        {"name": "kernel", "per_call": 1.0, "us_per_call": 1.5},
-        {"name": "memcpy", "per_call": 0.5, "us_per_call": 0.25},
-    ]
+    # Two backends, two calls each, 3 ms apart; a call is two kernels with a 1 us gap.
+    calls = [_event(7, t, 2.0, "a") for t in (0, 3000, 6000, 9000)]
+    calls += [_event(7, t + 3.0, 4.0, "b") for t in (0, 3000, 6000, 9000)]
+    events = meta + calls + [{"ph": "X", "pid": 1, "tid": 7, "ts": 1, "dur": 99}, _event(8, 0, 50.0, "op span")]
+    kept = trace.gpu_stream_events(events)
+    assert len(kept) == 8 and {e["tid"] for e in kept} == {7}
+    got = trace.attribute(sorted(kept, key=lambda e: e["ts"]), ["xla", "cpu"], calls=2)
+    assert got["xla"].span_s == pytest.approx(7e-6) and got["cpu"].busy_s == pytest.approx(6e-6)
+    assert got["xla"].kernels[0] == {"name": "b", "per_call": 1.0, "us_per_call": 4.0}
+    wrong = trace.attribute(sorted(kept, key=lambda e: e["ts"]), ["xla", "cpu"], calls=3)
+    assert all(isinstance(v, str) and v.startswith("n/a") for v in wrong.values())
+    # Backends apart: a stray group in one backend's segment leaves the other's time standing.
+    apart = [_event(7, t, 2.0) for t in (0, 3000, 50000, 53000, 56000)]
+    got = trace.attribute(apart, ["xla", "cpu"], calls=2)
+    assert got["xla"].span_s == pytest.approx(2e-6) and got["cpu"].startswith("n/a: the trace held 3")
 
 
-def test_device_time_is_the_loop_less_its_scaffold(harness, tmp_path: Path, monkeypatch) -> None:
-    """The device column: the traced busy time a call of the op's loop less the link's alone, and
-    XLA's figure over the kernel backend's (the trace itself is the profiler's, GPU only)."""
-    def busy(compiled, state, scale, plan):
-        seconds = 5e-6 if "custom_call" in compiled.as_text() else 3e-6
-        return seconds, [{"name": "kernel", "per_call": 1.0, "us_per_call": seconds * 1e6}]
-
-    monkeypatch.setattr(harness, "_device_busy_per_call", busy)
-    monkeypatch.setattr(harness.Timer, "_scaffold_device", lambda self, shape, dtype_name, like: 1e-6)
-    report_path = tmp_path / "r.json"
-    rc = harness.main(["--op", "softmax", "--backend", "all", "--mode", "bench", *TINY,
-                       "--shapes", "8x33", "--device-time", "all", "--json", str(report_path)])
+def test_device_time_column(run_ops, tmp_path: Path, monkeypatch) -> None:
+    """The device column holds the trace's span a call and XLA's over ours; where the trace has
+    no GPU events (a CPU run) it says n/a and why, never a number."""
+    rc, rep = _run(run_ops, tmp_path, "--op", "softmax", "--mode", "bench", *TINY, "--shapes", "8x33",
+                   "--host-shape", "off", "--device-time", "all")
     assert rc == 0
-    report = json.loads(report_path.read_text())
-    rows = {r["backend"]: r["bench"] for r in report["rows"]}
-    assert rows["xla"]["device_us"] == pytest.approx(2.0)
-    assert rows["cpu"]["device_us"] == pytest.approx(4.0)
-    assert rows["cpu"]["device_speedup_vs_xla"] == pytest.approx(0.5)
-    assert rows["cpu"]["device_kernels"][0]["us_per_call"] == pytest.approx(5.0)
-    (summary,) = [s for s in report["summary"] if s["backend"] == "cpu"]
-    assert summary["min_device_speedup_vs_xla"] == pytest.approx(0.5)
+    for row in rep["rows"]:
+        assert row["device"]["note"].startswith("n/a") and "span_us" not in row["device"]
+
+    def fake(fns, sets, calls):
+        return {b: trace.DeviceTime(3e-6 if b == "xla" else 2e-6, 1e-6, []) for b in fns}
+
+    monkeypatch.setattr(runner, "device_times", fake)
+    rc, rep = _run(run_ops, tmp_path, "--op", "softmax", "--mode", "bench", *TINY, "--shapes", "8x33",
+                   "--host-shape", "off", "--device-time", "all")
+    rows = {r["backend"]: r["device"] for r in rep["rows"]}
+    assert rows["xla"]["span_us"] == pytest.approx(3.0) and rows["cpu"]["ratio_vs_xla"] == pytest.approx(1.5)
+
+
+def test_progress_counts_every_case(run_ops, tmp_path: Path, capsys) -> None:
+    args = [a for a in TINY if a != "--no-progress"]
+    rc, rep = _run(run_ops, tmp_path, "--op", "copy", "--backend", "cpu", "--mode", "test", *args)
+    counters = re.findall(r"^\[(\d+)/(\d+)\]", capsys.readouterr().err, re.M)
+    total = int(counters[0][1])
+    assert [int(i) for i, _ in counters] == list(range(1, total + 1)) and total == 2
+
+
+def test_a_time_limit_marks_the_rest_not_run(run_ops, tmp_path: Path, capsys) -> None:
+    rc, rep = _run(run_ops, tmp_path, "--op", "copy", "--mode", "all", *TINY, "--time-limit", "0")
+    assert rc == 0 and rep["rows"] and all(r["skipped"] for r in rep["rows"])
+    assert "not run" in capsys.readouterr().out
+
+
+def test_cross_checks_report_agreement(monkeypatch) -> None:
+    monkeypatch.setattr(crosscheck, "pipelined_span_s", lambda fn, sets, calls: (100e-6, 8))
+    agrees = crosscheck.profiler_check("softmax 8192x8192 float32 cuda", None, [], 8, [102e-6] * 5)
+    assert agrees["agrees"] and "agrees within 3%" in crosscheck.describe("profiler", agrees)
+    off = crosscheck.profiler_check("softmax 8192x8192 float32 cuda", None, [], 8, [110e-6] * 5)
+    assert not off["agrees"] and "DISAGREES" in crosscheck.describe("profiler", off)
+    # The child process imports the harness's sampler; here it finds no torch or no CUDA device.
+    child = crosscheck.torch_check(1 << 20, 1e-3, 1, timeout_s=120)
+    assert child["available"] is False and re.search(r"torch|CUDA", child["reason"]), child

@@ -1,0 +1,193 @@
+"""What is measured: the ops (one entry each in OPS), their shapes, and their inputs."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import math
+from typing import Any, Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+
+try:
+    import jax_camp
+except ImportError as _error:  # the xla backend still runs without the package
+    jax_camp = None
+    JAX_CAMP_IMPORT_ERROR: str | None = f"{type(_error).__name__}: {_error}"
+else:
+    JAX_CAMP_IMPORT_ERROR = None
+
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+TOLERANCE = {"float32": 1e-5, "bfloat16": 1e-2, "float16": 1e-2}
+DEFAULT_DTYPES = ("float32", "bfloat16")
+
+# The issue's matrix: five large row shapes, the camp's shapes, and flat sizes for the
+# elementwise ops.
+GPU_ROW_SHAPES = (
+    "8192x8192", "65536x1024", "4096x32768", "262144x128", "1024x262144",
+    "144x1280", "1008x1280", "1008x2304", "2032x2304", "784x3840", "4080x1536",
+)
+GPU_FLAT_SHAPES = ("1001*1024", "4093*1024", "65521*1024")
+QUICK_GPU_SHAPES = ("8192x8192", "4096x32768", "1008x1280", "4093*1024")
+# Small, so that the CI run stays well under two minutes on two cores; odd sizes reach the
+# kernels' tail paths.
+CPU_SHAPES = ("64x1000", "3x4099", "1001*16")
+# Where dispatch dominates: the host's cost of a call.
+HOST_SHAPE = "8x128"
+
+MIB = 1 << 20
+GIB = 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    label: str
+    dims: tuple[int, ...]
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.dims)
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.dims[:-1]) if len(self.dims) > 1 else 1
+
+
+def _product(text: str) -> int:
+    value = math.prod(int(part) for part in text.split("*"))
+    if value <= 0:
+        raise ValueError(f"size {text!r} must be positive")
+    return value
+
+
+def parse_shape(text: str) -> Shape:
+    """'8192x8192' is rows x cols; '1001*1024' is a flat array of that many elements."""
+    text = text.strip().lower()
+    try:
+        dims = tuple(_product(part) for part in text.split("x"))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"bad shape {text!r}: {error}") from None
+    if len(dims) > 2:
+        raise argparse.ArgumentTypeError(f"bad shape {text!r}: use RxC or N")
+    return Shape(text, dims)
+
+
+# --------------------------------------------------------------------------
+# The ops
+
+
+def _softmax_ref(xp: Any, x: Any) -> Any:
+    e = xp.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _softmax_grad_parts(xp: Any, x: Any, w: Any) -> tuple[Any, Any, Any]:
+    """Value and gradient of sum(softmax(x) * w), and the value's error scale: the value sums
+    M*N terms of both signs, so its rounding error goes with sum|y*w|, not with the value."""
+    y = _softmax_ref(xp, x)
+    yw = y * w
+    return yw.sum(), y * (w - yw.sum(axis=-1, keepdims=True)), xp.abs(yw).sum()
+
+
+def _norms(xp: Any, inputs: Sequence[Any], refs: Sequence[Any]) -> list[Any]:
+    return [xp.sqrt((r * r).sum()) for r in refs]
+
+
+def _softmax_grad_scales(xp: Any, inputs: Sequence[Any], refs: Sequence[Any]) -> list[Any]:
+    return [_softmax_grad_parts(xp, *inputs)[2], _norms(xp, inputs, refs)[1]]
+
+
+def _value_and_grad(softmax_fn: Callable[[jax.Array], jax.Array]) -> Callable:
+    # Only softmax_fn differs between the two sides: the loss, its reduction and the
+    # cotangent fed back are the same code.
+    def loss_and_grad(x: jax.Array, w: jax.Array) -> Any:
+        return jax.value_and_grad(lambda v: jnp.sum(softmax_fn(v) * w))(x)
+    return loss_and_grad
+
+
+def _camp(name: str, **kwargs: Any) -> Callable[[str], Callable]:
+    """jax_camp.<name> on a backend, looked up at trace time (tests replace it)."""
+    return lambda backend: lambda *xs: getattr(jax_camp, name)(*xs, **kwargs, backend=backend)
+
+
+@dataclasses.dataclass(frozen=True)
+class Op:
+    name: str
+    inputs: int
+    row_op: bool  # works along rows, so it takes RxC shapes only
+    elements_moved: Callable[[Shape], int]  # each input read once, each output written once
+    xla: Callable  # plain JAX, as a user writes it
+    camp: Callable[[str], Callable]  # backend -> the same function on jax_camp's kernels
+    reference: Callable[[Any, Sequence[Any]], list[Any]]  # (numpy or jnp, inputs) -> outputs
+    error_scales: Callable[[Any, Sequence[Any], Sequence[Any]], list[Any]] = _norms
+
+
+OPS: dict[str, Op] = {op.name: op for op in (
+    Op("copy", 1, False, lambda s: 2 * s.elements, jnp.copy, _camp("copy"),
+       lambda xp, ins: [ins[0]]),
+    Op("vector_add", 2, False, lambda s: 3 * s.elements, lambda x, y: x + y, _camp("vector_add"),
+       lambda xp, ins: [ins[0] + ins[1]]),
+    Op("reduce_sum", 1, True, lambda s: s.elements + s.rows, lambda x: jnp.sum(x, axis=-1),
+       _camp("reduce_sum", axis=-1), lambda xp, ins: [ins[0].sum(axis=-1)]),
+    Op("softmax", 1, True, lambda s: 2 * s.elements, lambda x: jax.nn.softmax(x, axis=-1),
+       _camp("softmax", axis=-1), lambda xp, ins: [_softmax_ref(xp, ins[0])]),
+    # Forward reads x and writes y; backward reads y and the cotangent and writes dx. The
+    # loss's own pass is the same on both sides and not counted.
+    Op("softmax_grad", 2, True, lambda s: 5 * s.elements,
+       _value_and_grad(lambda v: jax.nn.softmax(v, axis=-1)),
+       lambda backend: _value_and_grad(lambda v: jax_camp.softmax(v, axis=-1, backend=backend)),
+       lambda xp, ins: list(_softmax_grad_parts(xp, *ins)[:2]), _softmax_grad_scales),
+)}
+
+
+def bytes_moved(op: str, shape: Shape, dtype_name: str) -> int:
+    return OPS[op].elements_moved(shape) * jnp.dtype(DTYPES[dtype_name]).itemsize
+
+
+def shapes_for(op: str, shapes: Sequence[Shape]) -> list[Shape]:
+    return [s for s in shapes if len(s.dims) == 2 or not OPS[op].row_op]
+
+
+@functools.cache
+def jitted(op: str, backend: str) -> Callable:
+    """The op as a user's program calls it, `jax.jit(f)`; one per (op, backend), so that test
+    and bench mode share its executables."""
+    spec = OPS[op]
+    return jax.jit(spec.xla if backend == "xla" else spec.camp(backend))
+
+
+# --------------------------------------------------------------------------
+# Inputs
+
+
+@functools.partial(jax.jit, static_argnums=(2, 3))
+def _normal(seed: jax.Array, draw: jax.Array, dims: tuple[int, ...], dtype: Any) -> jax.Array:
+    key = jax.random.fold_in(jax.random.key(seed), draw)
+    return jax.random.normal(key, dims, jnp.float32).astype(dtype)
+
+
+class KeyStream:
+    """Fresh random normal data for every draw (never zeros), reproducible from one seed; drawn
+    on the device, one compile per shape and dtype."""
+
+    def __init__(self, seed: int) -> None:
+        self._seed = jnp.uint32(seed % (1 << 32))
+        self._draws = 0
+
+    def normal(self, dims: tuple[int, ...], dtype: Any) -> jax.Array:
+        self._draws += 1
+        return _normal(self._seed, jnp.uint32(self._draws), tuple(dims), dtype)
+
+
+def draw_inputs(keys: KeyStream, op: str, shape: Shape, dtype_name: str) -> tuple[jax.Array, ...]:
+    return tuple(keys.normal(shape.dims, DTYPES[dtype_name]) for _ in range(OPS[op].inputs))
+
+
+def input_sets(op: str, shape: Shape, dtype_name: str, count: int, seed: int) -> list[tuple]:
+    """`count` distinct input sets; the same data for every backend of a case."""
+    keys = KeyStream(seed)
+    sets = [draw_inputs(keys, op, shape, dtype_name) for _ in range(count)]
+    jax.block_until_ready(sets)
+    return sets
