@@ -33,11 +33,13 @@ class Settings:
     trace_calls: int = 8  # calls a backend runs under the profiler, apart
 
 
-# The H200's L2 is 50 MB; 60 MiB leaves a margin. Samples of 30 ms keep a sample's two host-clock
-# ends (a launch, a wait) under 0.2% of it.
-GPU_SETTINGS = Settings(5, 30e-3, 4, 20000, 60 * MIB, 256, GIB, False, True)
+# The H200's L2 is 50 MB; 60 MiB leaves a margin. A sample long against a single call makes its
+# two host-clock ends (the first launch, the last wait) a small share of it.
+GPU_SETTINGS = Settings(repeats=5, sample_s=30e-3, min_calls=4, max_calls=20000, cache_bytes=60 * MIB,
+                        max_sets=256, ceiling_bytes=GIB, keep_outputs=False, device_time=True)
 # XLA:CPU runs calls on a thread pool, so a sample waits on all of them.
-CPU_SETTINGS = Settings(5, 20e-3, 4, 4000, 32 * MIB, 4, 32 * MIB, True, False)
+CPU_SETTINGS = Settings(repeats=5, sample_s=20e-3, min_calls=4, max_calls=4000, cache_bytes=32 * MIB,
+                        max_sets=4, ceiling_bytes=32 * MIB, keep_outputs=True, device_time=False)
 
 
 def rotating_sets(moved: int, settings: Settings) -> tuple[int, bool]:
