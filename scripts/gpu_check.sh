@@ -28,14 +28,14 @@ summary=()
 pytest="python3 -P -m pytest -q -p no:cacheprovider"
 # The test files that run nothing on the GPU (compiler output, host plans, the
 # harness's CPU checks, install checks) stay out of the sanitizers' runs.
-host_only="test_cuda_codegen.py test_launch_policy.py test_benchmark_harness.py test_install.py test_sharding.py"
+host_only="test_cuda_codegen.py test_launch_policy.py test_tilelang_compile.py test_benchmark*.py test_install.py test_sharding.py"
 
 run_step() {  # name, command...: runs it with its log under $out, records its last line
   local name=$1; shift
   local start=$SECONDS
   "$@" >"$out/$name.log" 2>&1
   local status=$?
-  summary+=("$(printf '%-22s exit %-3s %4ss  %s' "$name" "$status" $((SECONDS - start)) \
+  summary+=("$(printf '%-16s exit %-3s %4ss  %s' "$name" "$status" $((SECONDS - start)) \
     "$(tail -n 1 "$out/$name.log")")")
 }
 
@@ -52,7 +52,10 @@ build() {
 
 gpu_test_files() {
   for f in tests/test_*.py; do
-    [[ " $host_only " == *" $(basename "$f") "* ]] || echo "$f"
+    local name skip=
+    name=$(basename "$f")
+    for pattern in $host_only; do [[ $name == $pattern ]] && skip=1; done
+    [ -n "$skip" ] || echo "$f"
   done
 }
 
@@ -89,8 +92,8 @@ sanitize() {
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 if has build || ! installed; then run_step build build; fi
-has cuda && run_step "pytest --backend cuda" $pytest tests --backend cuda
-has tilelang && run_step "pytest --backend tilelang" $pytest tests --backend tilelang
+has cuda && run_step pytest-cuda $pytest tests --backend cuda
+has tilelang && run_step pytest-tilelang $pytest tests --backend tilelang
 if has sanitize; then
   run_step sanitize sanitize
   summary+=("$(grep -- '--backend' "$out/sanitize.log" | sed 's/^/    /')")

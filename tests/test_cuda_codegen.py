@@ -66,7 +66,8 @@ def _pack(name: str) -> int:
 
 def _packed_kernels(builds, op: str) -> dict[str, str]:
     """The op's kernels that move 16-byte packs (kPack > 1), by name."""
-    kernels = {name: body for name, body in _kernels(builds[op][1]).items() if _pack(name) > 1}
+    kernels = {name: body for name, body in _kernels(builds[op][1]).items()
+               if "ArchitectureProbe" not in name and _pack(name) > 1}
     assert kernels, f"{op}: no packed kernels in the PTX"
     return kernels
 

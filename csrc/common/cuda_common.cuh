@@ -255,7 +255,9 @@ inline bool HasClusters(int architecture) { return architecture >= kHopperArchit
 // about its own code.
 namespace {
 
-// An empty kernel, compiled with the file's other kernels and loaded with them.
+// An empty kernel, compiled with the file's other kernels and loaded with
+// them; a template, so that only files that ask (KernelArchitecture) carry it.
+template <int kUnused = 0>
 __global__ void ArchitectureProbe() {}
 struct ArchitectureProbeKey {};
 
@@ -270,7 +272,7 @@ inline ffi::ErrorOr<int> KernelArchitecture() {
   return CachedPerDevice<ArchitectureProbeKey>(
       [](int, int* value) {
         cudaFuncAttributes attributes = {};
-        const cudaError_t status = cudaFuncGetAttributes(&attributes, ArchitectureProbe);
+        const cudaError_t status = cudaFuncGetAttributes(&attributes, ArchitectureProbe<>);
         *value = attributes.ptxVersion;
         return status;
       },
