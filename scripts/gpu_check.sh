@@ -5,11 +5,13 @@
 # then compute-sanitizer's four tools over the GPU tests of both backends,
 # and the benchmark. A short summary comes last.
 #
-#   scripts/gpu_check.sh [build] [cuda] [tilelang] [sanitize] [bench]
+#   scripts/gpu_check.sh [build] [cuda] [tilelang] [memcheck] [racecheck]
+#                        [synccheck] [initcheck] [sanitize] [bench]
 #
-# With no arguments it runs build cuda tilelang sanitize. Each step fits in
-# one 10-minute device call; a later call's steps find the package the first
-# installed while the machine stays up, and build it again if it did not.
+# With no arguments it runs build cuda tilelang sanitize; sanitize is the four
+# tools. Each step is meant to fit one 10-minute device call; a later call's
+# steps find the package the first installed while the machine stays up, and
+# build it again if it did not.
 # Logs go to $OUT (the device tool's output folder) or /tmp/jax_camp_gpu.
 # TileLang comes from .device/ (see ../shared/device/README.md): start with
 # `source .device/setup.sh && scripts/gpu_check.sh ...`.
@@ -26,9 +28,11 @@ summary=()
 # README's `pytest tests`: the console script keeps the source tree off
 # sys.path, as `python3 -P -m pytest` does with the python3 that holds jax.
 pytest="python3 -P -m pytest -q -p no:cacheprovider"
-# The test files that run nothing on the GPU (compiler output, host plans, the
-# harness's CPU checks, install checks) stay out of the sanitizers' runs.
-host_only="test_cuda_codegen.py test_launch_policy.py test_tilelang_compile.py test_benchmark*.py test_install.py test_sharding.py"
+# The test files that launch no kernel of ours (compiler output, host plans,
+# CMake's configuration, the harness's CPU checks, install checks) stay out of
+# the sanitizers' runs.
+host_only="test_cuda_codegen.py test_launch_policy.py test_cuda_build.py test_tilelang_compile.py
+  test_benchmark*.py test_install.py test_sharding.py"
 
 run_step() {  # name, command...: runs it with its log under $out, records its last line
   local name=$1; shift
@@ -60,10 +64,12 @@ gpu_test_files() {
 }
 
 # One process per tool, backend and test file, as many at once as there are
-# cores: each tool slows the kernels it watches many times over.
-sanitize() {
+# cores: each tool slows the kernels it watches many times over. initcheck
+# runs with XLA's autotuner off, whose comparisons of candidate kernels read
+# the padding it never writes, by design.
+sanitize() {  # tools...
   local jobs=()
-  for tool in memcheck racecheck synccheck initcheck; do
+  for tool in "$@"; do
     for backend in cuda tilelang; do
       for f in $(gpu_test_files); do jobs+=("$tool $backend $f"); done
     done
@@ -71,11 +77,13 @@ sanitize() {
   mkdir -p "$out/sanitizer"
   printf '%s\n' "${jobs[@]}" | xargs -P "$(nproc)" -L 1 bash -c '
     tool=$0 backend=$1 file=$2 log='"$out"'/sanitizer/$0-$1-$(basename $2 .py).log
-    XLA_PYTHON_CLIENT_ALLOCATOR=platform compute-sanitizer --tool $tool --error-exitcode 9 \
-      --print-limit 20 '"$pytest"' $file --backend $backend >$log 2>&1
+    flags=; [ $tool = initcheck ] && flags=--xla_gpu_autotune_level=0
+    XLA_FLAGS="${XLA_FLAGS:-} $flags" XLA_PYTHON_CLIENT_ALLOCATOR=platform \
+      compute-sanitizer --tool $tool --error-exitcode 9 --print-limit 20 \
+      '"$pytest"' $file --backend $backend >$log 2>&1
     echo "exit $?" >>$log'
   local failed=0
-  for tool in memcheck racecheck synccheck initcheck; do
+  for tool in "$@"; do
     for backend in cuda tilelang; do
       local logs=("$out"/sanitizer/$tool-$backend-*.log)
       local errors passed exits
@@ -87,6 +95,8 @@ sanitize() {
       grep -q "^exit [^0]" "${logs[@]}" && failed=1
     done
   done
+  # The logs as one file, since the device tool brings back few files.
+  tar czf "$out/sanitizer.tgz" -C "$out" sanitizer
   return $failed
 }
 
@@ -94,13 +104,18 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noh
 if has build || ! installed; then run_step build build; fi
 has cuda && run_step pytest-cuda $pytest tests --backend cuda
 has tilelang && run_step pytest-tilelang $pytest tests --backend tilelang
-if has sanitize; then
-  run_step sanitize sanitize
+tools=
+for tool in memcheck racecheck synccheck initcheck; do
+  if has sanitize || has $tool; then tools+=" $tool"; fi
+done
+if [ -n "$tools" ]; then
+  run_step sanitize sanitize $tools
   summary+=("$(grep -- '--backend' "$out/sanitize.log" | sed 's/^/    /')")
 fi
 if has bench; then
+  # Stops starting cases in time to write what it has within a device call.
   run_step bench python3 benchmarks/run_ops.py --op all --backend all --mode all --no-progress \
-    --json "$out/h200.json" --plot "$out/h200.png"
+    --time-limit 540 --json "$out/h200.json" --plot "$out/h200.png"
   cp "$out/bench.log" "$out/h200.txt"
 fi
 printf '%s\n' "${summary[@]}"
