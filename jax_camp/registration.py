@@ -8,9 +8,47 @@ single jitted function runs on either.
 
 from __future__ import annotations
 
-import jax
+import importlib.machinery
+import importlib.util
+from pathlib import Path
 
-from jax_camp import _kernels
+
+def _missing_kernels_message(package: Path) -> str:
+    """What is wrong, and what to do, when ``package`` has no ``_kernels`` module to import."""
+    others = sorted(p.name for p in package.glob("_kernels*") if p.suffix in (".so", ".pyd"))
+    built_for = (f" (it holds {', '.join(others)}, built for another Python than this one, "
+                 f"whose extensions end in {importlib.machinery.EXTENSION_SUFFIXES[0]})"
+                 if others else "")
+    if not (package.parent / "pyproject.toml").is_file():
+        return (f"jax_camp at {package} has no compiled _kernels module{built_for}: the "
+                "installation is incomplete. Reinstall it (pip install --force-reinstall . "
+                "in jax_camp's source tree).")
+    return (
+        f"{package} is jax_camp's source tree, which has no compiled _kernels module"
+        f"{built_for}; pip builds that module (the C++ and CUDA kernels) when it installs "
+        f"the package. Python imported the source tree because {package.parent} comes "
+        "before any installed jax_camp on sys.path, as it does for `python` and `python -m ...` "
+        "started there.\n"
+        "Either install the package and run from outside the source tree:\n"
+        "    pip install .\n"
+        "    then start python in another directory, or with `python -P` (Python 3.11+), "
+        "which leaves the working directory off sys.path (the `pytest` command does too);\n"
+        "or make an editable install, which builds the module and serves this tree's "
+        "Python files wherever python starts (README.md, \"Install and test\"):\n"
+        "    pip install --no-build-isolation -e ."
+    )
+
+
+try:
+    from jax_camp import _kernels
+except ImportError:
+    if importlib.util.find_spec("jax_camp._kernels") is not None:
+        raise  # the module is there but does not load: its own error says why
+    raise ImportError(_missing_kernels_message(Path(__file__).resolve().parent),
+                      name="jax_camp._kernels") from None
+
+# After the module: an import that fails says so without loading jax first.
+import jax  # noqa: E402
 
 BUILT_WITH_CUDA: bool = _kernels.built_with_cuda
 
