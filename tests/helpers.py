@@ -19,13 +19,20 @@ _seed = itertools.count(20261129)
 
 
 def random_normal(shape: tuple[int, ...], dtype, scale: float = 1.0) -> jax.Array:
-    """Fresh random data for every call: a kernel must be right on any input."""
-    key = jax.random.key(next(_seed))
-    return (jax.random.normal(key, shape, jnp.float32) * scale).astype(dtype)
+    """Fresh random data for every call: a kernel must be right on any input.
+
+    Drawn and rounded to ``dtype`` by NumPy (ml_dtypes rounds to nearest even, as
+    ``astype`` does), then put on the device: drawing with ``jax.random`` compiled
+    an XLA program for every new shape and dtype, most of an op test's time.
+    """
+    rng = np.random.default_rng(next(_seed))
+    values = np.asarray(rng.standard_normal(shape, dtype=np.float32) * np.float32(scale))
+    return jnp.asarray(values.astype(jnp.dtype(dtype)))
 
 
 def f64(x) -> np.ndarray:
-    return np.asarray(jnp.asarray(x).astype(jnp.float32), dtype=np.float64)
+    """x's values in float64, exactly (converted on the host, with no XLA program to compile)."""
+    return np.asarray(x).astype(np.float64)
 
 
 def softmax_reference(x, axis=-1) -> np.ndarray:
@@ -64,3 +71,17 @@ def _nvcc() -> str | None:
 
 # For the tests that build CUDA code without running it (no GPU needed).
 NVCC = _nvcc()
+
+
+def progress(config, message: str) -> None:
+    """Writes a line to the terminal at once, even from inside a test or fixture whose
+    output pytest captures: for work that would otherwise run silent for a long time."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return
+    if capture is None:
+        reporter.write_line(message, flush=True)
+        return
+    with capture.global_and_fixture_disabled():
+        reporter.write_line(message, flush=True)
