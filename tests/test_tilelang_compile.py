@@ -14,6 +14,7 @@ import concurrent.futures
 import os
 import re
 import shutil
+import time
 
 import pytest
 
@@ -22,6 +23,7 @@ pytest.importorskip("jax_tvm_ffi")
 
 from tvm.target import Target  # noqa: E402
 
+from helpers import progress  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
@@ -39,6 +41,7 @@ CASES = [(op, dtype, aligned) for op, aligned in VARIANTS for dtype in DTYPES]
 _VEC128 = r"\*\((?:uint4|int4|float4|ulonglong2|longlong2|double2)\*\)\({buf} \+"
 LOAD_128 = "= " + _VEC128
 STORE_128 = r"^\s*" + _VEC128 + r"[^;]*\) = "
+PROGRESS_S = 15
 
 
 def _has_nvcc() -> bool:
@@ -55,15 +58,23 @@ def _source(program) -> str:
 
 
 @pytest.fixture(scope="module")
-def sources() -> dict[tuple[str, str, bool], concurrent.futures.Future]:
+def sources(request) -> dict[tuple[str, str, bool], concurrent.futures.Future]:
     # Programs are built here, one at a time: TileLang's builder is not
     # thread-safe. Lowering releases the GIL and nvcc runs in a subprocess,
     # so the compiles themselves overlap on a machine with cores to spare.
+    # Without TileLang's disk cache they take about a minute on two cores: a
+    # line every PROGRESS_S seconds says how far they are.
+    start = time.monotonic()
+    progress(request.config, f"test_tilelang_compile: compiling {len(CASES)} TileLang kernels for sm_90")
     programs = {case: bridge.build_program(*case) for case in CASES}
     workers = min(len(CASES), os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         futures = {case: pool.submit(_source, program) for case, program in programs.items()}
-        concurrent.futures.wait(futures.values())
+        pending = set(futures.values())
+        while pending:
+            _, pending = concurrent.futures.wait(pending, timeout=PROGRESS_S)
+            progress(request.config, f"test_tilelang_compile: {len(futures) - len(pending)}/"
+                                     f"{len(futures)} compiled ({time.monotonic() - start:.0f} s)")
     return futures
 
 
