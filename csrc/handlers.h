@@ -5,6 +5,8 @@
 // launch for each call.
 #pragma once
 
+#include <string>
+
 #include "xla/ffi/api/api.h"
 
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampCopyCpu);
@@ -20,7 +22,6 @@ XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampReduceSumCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampSoftmaxCuda);
 XLA_FFI_DECLARE_HANDLER_SYMBOL(JaxCampSoftmaxBackwardCuda);
 
-#include <string>
 // The compute capability (major * 10 + minor) that the CUDA kernels were
 // compiled for, as loaded on the current GPU; -1 with `error` set on failure.
 int JaxCampKernelArchitecture(std::string* error);
