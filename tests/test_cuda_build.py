@@ -69,9 +69,11 @@ def _expected_architecture(built_for: str, device: int) -> int:
     code of its major version no newer than it, else the newest PTX no newer than it, compiled."""
     real, virtual = [], []
     for entry in built_for.split(","):
-        number, _, kind = entry.partition("-")
-        (real if kind in ("real", "") else []).append(int(number))
-        (virtual if kind in ("virtual", "") else []).append(int(number))
+        number, _, kind = entry.partition("-")  # a bare number means both
+        if kind in ("real", ""):
+            real.append(int(number))
+        if kind in ("virtual", ""):
+            virtual.append(int(number))
     same_major = [a for a in real if a // 10 == device // 10 and a <= device]
     if same_major:
         return max(same_major)
