@@ -12,6 +12,10 @@ import importlib.machinery
 import importlib.util
 from pathlib import Path
 
+# Before the compiled module: with the module loaded first, importing jax
+# crashed the interpreter on the GPU machine (in ml_dtypes' float printing).
+import jax
+
 
 def _missing_kernels_message(package: Path) -> str:
     """What is wrong, and what to do, when ``package`` has no ``_kernels`` module to import."""
@@ -46,9 +50,6 @@ except ImportError:
         raise  # the module is there but does not load: its own error says why
     raise ImportError(_missing_kernels_message(Path(__file__).resolve().parent),
                       name="jax_camp._kernels") from None
-
-# After the module: an import that fails says so without loading jax first.
-import jax  # noqa: E402
 
 BUILT_WITH_CUDA: bool = _kernels.built_with_cuda
 

@@ -101,3 +101,15 @@ def test_tests_import_the_installed_package():
 
     assert Path(_kernels.__file__).is_file()
     assert isinstance(jax_camp.registration.BUILT_WITH_CUDA, bool)
+
+
+def test_import_first_in_a_fresh_interpreter(tmp_path):
+    """A user's script that imports jax_camp before anything else, then runs an op: the
+    interpreter exits cleanly (loading the compiled module before jax once crashed it on a
+    machine with a GPU)."""
+    script = ("import jax_camp, jax.numpy as jnp\n"
+              "print(float(jax_camp.reduce_sum(jnp.ones((4, 8)), axis=None)))\n")
+    run = subprocess.run([sys.executable, "-P", "-c", script], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().splitlines()[-1] == "32.0"
