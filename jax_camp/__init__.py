@@ -6,7 +6,8 @@ work under ``jax.jit``, ``jax.vmap`` and ``jax.grad``. Each takes a
 ``backend`` keyword; see ``jax_camp.backends``.
 """
 
-from jax_camp import registration as _registration  # registers the FFI targets
+# The compiled module, loaded before the ops: each op module registers its kernels there.
+from jax_camp import registration as _registration
 from jax_camp.backends import BACKENDS
 from jax_camp.ops.copy import copy
 from jax_camp.ops.reduce_sum import reduce_sum

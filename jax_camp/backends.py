@@ -18,11 +18,11 @@ import os
 from typing import Sequence
 
 import jax
-import jax.numpy as jnp
 from jax.extend.core import Primitive
 from jax.interpreters import batching, mlir
 
-from jax_camp import registration, sharding
+from jax_camp import sharding
+from jax_camp.ops._spec import OpSpec
 
 BACKENDS: tuple[str, ...] = ("cuda", "cpu", "tilelang", "xla")
 ENV_VAR = "JAX_CAMP_BACKEND"
@@ -86,10 +86,8 @@ def _require_platform_lowering(ctx, x, *, backend):
 mlir.register_lowering(_require_platform_p, _require_platform_lowering)
 
 
-def kernel_call(
-    op: str, backend: str, result: jax.ShapeDtypeStruct, *operands: jax.Array
-) -> jax.Array:
-    """Runs jax_camp kernel ``op`` on ``backend`` through an XLA FFI call.
+def kernel_call(spec: OpSpec, backend: str, *operands: jax.Array) -> jax.Array:
+    """Runs the kernel ``spec`` describes on ``backend`` through an XLA FFI call.
 
     Under ``jax.jit`` over a mesh the call is partitioned along the operands'
     sharding, and under ``jax.vmap`` batched as extra rows; see
@@ -98,28 +96,16 @@ def kernel_call(
     if backend in _PLATFORMS_OF:
         first, *rest = operands
         operands = (_require_platform_p.bind(first, backend=backend), *rest)
-    return sharding.partitioned_call(_local_kernel_call, op, backend, result, *operands)
+    return sharding.partitioned_call(_local_kernel_call, spec, backend, *operands)
 
 
-# Outputs an op's FFI call returns beside its result, for the kernel's own use
-# and dropped here: softmax's row counter, where its long-row CUDA kernel counts
-# the rows its thread-block clusters claim (RowCounter, csrc/common/row_team.cuh).
-# XLA allocates it with the call, so calls in flight at once never share one.
-_SCRATCH_RESULTS: dict[str, tuple[jax.ShapeDtypeStruct, ...]] = {
-    "softmax": (jax.ShapeDtypeStruct((1,), jnp.uint32),),
-}
-
-
-def _local_kernel_call(
-    op: str, backend: str, result: jax.ShapeDtypeStruct, *operands: jax.Array
-) -> jax.Array:
+def _local_kernel_call(spec: OpSpec, backend: str, *operands: jax.Array) -> jax.Array:
     """The kernel call itself, on whole arrays or on one device's blocks."""
     if backend == "tilelang":
         from jax_camp.tilelang_kernels import bridge
 
-        return bridge.kernel_call(op, result, *operands)
-    scratch = _SCRATCH_RESULTS.get(op, ())
-    call = jax.ffi.ffi_call(registration.target_name(op), (result, *scratch))
+        return bridge.kernel_call(spec, *operands)
+    call = jax.ffi.ffi_call(spec.ffi_target, (spec.result(operands[0]), *spec.scratch_results))
     return call(*operands)[0]
 
 

@@ -1,9 +1,10 @@
-"""Registers jax_camp's XLA FFI handlers with JAX; runs once, at import.
+"""Loads jax_camp's compiled module and registers its XLA FFI handlers with JAX.
 
-Each op has one target name (``jax_camp_softmax``, ...) registered for every
-platform the extension was built for: the host kernel for "cpu", the CUDA
-kernel for "CUDA". XLA picks the one for the platform it compiles for, so a
-single jitted function runs on either.
+Each op module registers its kernels' descriptions (``jax_camp.ops._spec.OpSpec``)
+here as it is imported. A kernel has one target name (``jax_camp_softmax``, ...)
+registered for every platform the extension was built for: the host kernel for
+"cpu", the CUDA kernel for "CUDA". XLA picks the one for the platform it
+compiles for, so a single jitted function runs on either.
 """
 
 from __future__ import annotations
@@ -11,10 +12,14 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # Before the compiled module: with the module loaded first, importing jax
 # crashed the interpreter on the GPU machine (in ml_dtypes' float printing).
 import jax
+
+if TYPE_CHECKING:
+    from jax_camp.ops._spec import OpSpec
 
 
 def _missing_kernels_message(package: Path) -> str:
@@ -53,15 +58,20 @@ except ImportError:
 
 BUILT_WITH_CUDA: bool = _kernels.built_with_cuda
 
-_REGISTRATIONS: dict[str, dict[str, object]] = _kernels.registrations()
+# Per platform ("cpu", "CUDA"), the compiled module's handlers by FFI target name.
+_HANDLERS: dict[str, dict[str, object]] = _kernels.registrations()
 
-for _platform, _targets in _REGISTRATIONS.items():
-    for _name, _capsule in _targets.items():
-        jax.ffi.register_ffi_target(_name, _capsule, platform=_platform)
+# Every kernel's description by name, in the order the op modules register them.
+SPECS: dict[str, OpSpec] = {}
 
 
-def target_name(op: str) -> str:
-    """The FFI target that runs ``op`` (e.g. "softmax_backward")."""
-    name = f"jax_camp_{op}"
-    assert name in _REGISTRATIONS["cpu"], f"no FFI target for {op!r}"
-    return name
+def register(spec: OpSpec) -> None:
+    """Registers ``spec``'s FFI target with JAX on every platform the module was built for."""
+    for platform, handlers in _HANDLERS.items():
+        if spec.ffi_target not in handlers:
+            raise RuntimeError(
+                f"jax_camp's compiled module has no {platform} handler {spec.ffi_target!r} "
+                f"for op {spec.name!r}; rebuild it (pip install .)"
+            )
+        jax.ffi.register_ffi_target(spec.ffi_target, handlers[spec.ffi_target], platform=platform)
+    SPECS[spec.name] = spec

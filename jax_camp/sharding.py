@@ -5,15 +5,17 @@ gathers a custom call's operands whole onto every device and computes the
 full result everywhere. ``partitioned_call`` wraps a kernel call in
 ``jax.experimental.custom_partitioning`` instead:
 
-* a Shardy sharding rule (``"... i -> ... i"`` for softmax, ``"... i -> ..."``
-  with ``i`` a reduction factor for reduce_sum, ``"... -> ..."`` for copy)
-  lets sharding propagate through the call, and
+* the kernel's Shardy sharding rule (``OpSpec.sharding_rule``: ``"... i -> ... i"``
+  for softmax, ``"... i -> ..."`` with ``i`` a reduction factor for
+  reduce_sum, ``"... -> ..."`` for copy) lets sharding propagate through the
+  call, and
 * a ``partition`` callback (also used under the older GSPMD partitioner,
   together with ``infer_sharding_from_operands``) runs the kernel on each
   device's block. When the reduced (last) dim is sharded, the blocks' results
-  are combined with small collectives over that dim's mesh axes: reduce_sum
-  adds partial sums (psum); softmax and its backward exchange per-row max and
-  sum (pmax, psum) and rescale each block; the data itself never moves.
+  are combined with small collectives over that dim's mesh axes, by the op's
+  ``OpSpec.combine_across_devices``: reduce_sum adds partial sums (psum);
+  softmax and its backward exchange per-row max and sum (pmax, psum) and
+  rescale each block; the data itself never moves.
 
 On one device, in ``shard_map`` (every mesh axis manual) and under ``pmap``,
 custom_partitioning lowers to the plain kernel call.
@@ -34,28 +36,19 @@ import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
-# Runs a kernel on (per-device) arrays: ``kernel(op, backend, result, *operands)``.
+from jax_camp.ops._spec import OpSpec
+
+# Runs a kernel on (per-device) arrays: ``kernel(spec, backend, *operands)``.
 Kernel = Callable[..., jax.Array]
 
-# Shardy sharding rules; "i" is the reduced (last) dim.
-_RULES: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
-    "copy": ("... -> ...", {}),
-    "vector_add": ("..., ... -> ...", {}),
-    "reduce_sum": ("... i -> ...", {"reduction_factors": ("i",)}),
-    "softmax": ("... i -> ... i", {}),
-    "softmax_backward": ("... i, ... i -> ... i", {}),
-}
 
-
-def partitioned_call(
-    kernel: Kernel, op: str, backend: str, result: jax.ShapeDtypeStruct, *operands: jax.Array
-) -> jax.Array:
-    """``kernel(op, backend, result, *operands)``, partitioned along the
-    operands' sharding under ``jax.jit`` and batched as rows under ``jax.vmap``."""
+def partitioned_call(kernel: Kernel, spec: OpSpec, backend: str, *operands: jax.Array) -> jax.Array:
+    """``kernel(spec, backend, *operands)``, partitioned along the operands'
+    sharding under ``jax.jit`` and batched as rows under ``jax.vmap``."""
 
     @jax.custom_batching.custom_vmap
     def call(*xs: jax.Array) -> jax.Array:
-        return _partitioned(kernel, op, backend, result, *xs)
+        return _partitioned(kernel, spec, backend, *xs)
 
     @call.def_vmap
     def _batched(
@@ -65,20 +58,17 @@ def partitioned_call(
             x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
             for x, batched in zip(xs, in_batched)
         )
-        rows = jax.ShapeDtypeStruct((axis_size, *result.shape), result.dtype)
-        return partitioned_call(kernel, op, backend, rows, *xs), True
+        return partitioned_call(kernel, spec, backend, *xs), True
 
     return call(*operands)
 
 
-@functools.partial(custom_partitioning, static_argnums=(0, 1, 2, 3))
-def _partitioned(
-    kernel: Kernel, op: str, backend: str, result: jax.ShapeDtypeStruct, *operands: jax.Array
-) -> jax.Array:
-    return kernel(op, backend, result, *operands)
+@functools.partial(custom_partitioning, static_argnums=(0, 1, 2))
+def _partitioned(kernel: Kernel, spec: OpSpec, backend: str, *operands: jax.Array) -> jax.Array:
+    return kernel(spec, backend, *operands)
 
 
-def _spec(shape: jax.ShapeDtypeStruct) -> tuple:
+def _partition_spec(shape: jax.ShapeDtypeStruct) -> tuple:
     """``shape``'s partition spec with one entry per dim."""
     sharding = shape.sharding
     if not isinstance(sharding, NamedSharding):
@@ -92,29 +82,35 @@ def _spec(shape: jax.ShapeDtypeStruct) -> tuple:
     return spec + (None,) * (len(shape.shape) - len(spec))
 
 
-def _infer_sharding_from_operands(kernel, op, backend, result, mesh, arg_shapes, result_shape):
+def _result_rank(spec: OpSpec, operand: jax.ShapeDtypeStruct) -> int:
+    return len(spec.result_shape(operand.shape))
+
+
+def _infer_sharding_from_operands(kernel, spec, backend, mesh, arg_shapes, result_shape):
     # Every result dim is an operand dim of the same index (reduce_sum drops the last).
-    return NamedSharding(mesh, PartitionSpec(*_spec(arg_shapes[0])[: len(result.shape)]))
+    partition = _partition_spec(arg_shapes[0])[: _result_rank(spec, arg_shapes[0])]
+    return NamedSharding(mesh, PartitionSpec(*partition))
 
 
-def _partition(kernel, op, backend, result, mesh, arg_shapes, result_shape):
+def _partition(kernel, spec, backend, mesh, arg_shapes, result_shape):
     # Each operand takes the first one's sharding: the partitioner reshards
     # any operand that differs, rather than the kernel seeing unequal blocks.
-    spec = _spec(arg_shapes[0])
-    reduced_axes = spec[-1] if spec and op in _ACROSS_DEVICES else None
+    partition = _partition_spec(arg_shapes[0])
+    combine = spec.combine_across_devices
+    reduced_axes = partition[-1] if partition and combine is not None else None
     if reduced_axes is not None and arg_shapes[0].shape[-1] % _devices_along(mesh, reduced_axes):
         # XLA pads an uneven split with unspecified values, which would enter
         # the row's max and sum: gather the reduced dim instead.
-        spec, reduced_axes = (*spec[:-1], None), None
+        partition, reduced_axes = (*partition[:-1], None), None
 
     def per_device(*xs: jax.Array) -> jax.Array:
-        local = jax.ShapeDtypeStruct(xs[0].shape[: len(result.shape)], result.dtype)
         if reduced_axes is None:
-            return kernel(op, backend, local, *xs)
-        return _ACROSS_DEVICES[op](functools.partial(kernel, op, backend, local), reduced_axes, *xs)
+            return kernel(spec, backend, *xs)
+        return combine(functools.partial(kernel, spec, backend), reduced_axes, *xs)
 
-    operand_sharding = NamedSharding(mesh, PartitionSpec(*spec))
-    result_sharding = NamedSharding(mesh, PartitionSpec(*spec[: len(result.shape)]))
+    operand_sharding = NamedSharding(mesh, PartitionSpec(*partition))
+    result_rank = _result_rank(spec, arg_shapes[0])
+    result_sharding = NamedSharding(mesh, PartitionSpec(*partition[:result_rank]))
     return mesh, per_device, result_sharding, (operand_sharding,) * len(arg_shapes)
 
 
@@ -122,8 +118,8 @@ def _devices_along(mesh: jax.sharding.Mesh, axes: str | tuple[str, ...]) -> int:
     return math.prod(mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes))
 
 
-def _sharding_rule(kernel, op, backend, result, mesh, operand_types, result_types):
-    return _RULES[op]
+def _sharding_rule(kernel, spec, backend, mesh, operand_types, result_types):
+    return spec.sharding_rule, {"reduction_factors": spec.reduction_factors}
 
 
 _partitioned.def_partition(
@@ -131,50 +127,5 @@ _partitioned.def_partition(
     infer_sharding_from_operands=_infer_sharding_from_operands,
     sharding_rule=_sharding_rule,
 )
-
-
-# The per-device computations for a sharded reduced dim. ``local`` runs the
-# kernel on this device's block; ``axes`` are the mesh axes that split each
-# row. Corrections are computed in float32 and are per row, so the
-# collectives move one value per row, not the rows themselves.
-
-
-def _reduce_sum_across(local: Callable[..., jax.Array], axes, x: jax.Array) -> jax.Array:
-    partial_sums = local(x).astype(jnp.float32)
-    return jax.lax.psum(partial_sums, axes).astype(x.dtype)
-
-
-def _softmax_across(local: Callable[..., jax.Array], axes, x: jax.Array) -> jax.Array:
-    y = local(x)
-    block_max = jnp.max(x, axis=-1, keepdims=True).astype(jnp.float32)
-    row_max = jax.lax.pmax(block_max, axes)
-    # The block's softmax is exp(x - block_max) / block_sum and peaks at
-    # exp(0) / block_sum, so its max is 1 / block_sum: no second pass over x.
-    inv_block_sum = jnp.max(y, axis=-1, keepdims=True).astype(jnp.float32)
-    empty = block_max == -jnp.inf
-    share = jnp.where(empty, 0.0, jnp.exp(block_max - row_max) / inv_block_sum)
-    row_sum = jax.lax.psum(share, axes)
-    rescaled = y.astype(jnp.float32) * (share / row_sum)
-    # A block of -inf logits has a NaN local softmax; its true share is
-    # exp(-inf - row_max) / row_sum: 0, or NaN if the whole row is -inf,
-    # as unsharded.
-    return jnp.where(empty, jnp.exp(x - row_max) / row_sum, rescaled).astype(x.dtype)
-
-
-def _softmax_backward_across(
-    local: Callable[..., jax.Array], axes, y: jax.Array, g: jax.Array
-) -> jax.Array:
-    # The kernel gives y * (g - block_dot); the answer is y * (g - row_dot).
-    dx = local(y, g)
-    block_dot = jnp.sum(y.astype(jnp.float32) * g.astype(jnp.float32), axis=-1, keepdims=True)
-    row_dot = jax.lax.psum(block_dot, axes)
-    return (dx.astype(jnp.float32) + y.astype(jnp.float32) * (block_dot - row_dot)).astype(y.dtype)
-
-
-_ACROSS_DEVICES: dict[str, Callable[..., jax.Array]] = {
-    "reduce_sum": _reduce_sum_across,
-    "softmax": _softmax_across,
-    "softmax_backward": _softmax_backward_across,
-}
 
 __all__ = ("Kernel", "partitioned_call")

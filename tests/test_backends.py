@@ -12,6 +12,8 @@ import pytest
 
 import jax_camp
 from conftest import has_gpu
+from jax_camp import backends, registration
+from jax_camp.ops._spec import OpSpec
 from helpers import f64, random_normal
 
 OPS = {
@@ -97,3 +99,21 @@ def test_chained_calls_read_each_others_outputs(op, backend):
 
     x = random_normal((4096, 1024), jnp.float32)
     np.testing.assert_allclose(f64(chain(backend)(x)), f64(chain("xla")(x)), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", registration.SPECS)
+def test_each_kernel_description_calls_its_target_for_its_result(name):
+    spec = registration.SPECS[name]
+    operands = [random_normal((3, 40), jnp.float32) for _ in range(spec.arity)]
+    call = jax.jit(lambda *xs: backends.kernel_call(spec, "cpu", *xs))
+    assert f"stablehlo.custom_call @{spec.ffi_target}(" in call.lower(*operands).as_text()
+    out = call(*operands)
+    assert (out.shape, out.dtype) == (spec.result(operands[0]).shape, spec.result(operands[0]).dtype)
+
+
+def test_a_description_without_a_compiled_handler_says_so():
+    spec = OpSpec(name="missing", ffi_target="jax_camp_missing", arity=1,
+                  sharding_rule="... -> ...", tilelang_module="copy")
+    with pytest.raises(RuntimeError, match="no cpu handler 'jax_camp_missing' for op 'missing'"):
+        registration.register(spec)
+    assert "missing" not in registration.SPECS

@@ -23,6 +23,7 @@ from jax.sharding import PartitionSpec as P
 
 import jax_camp
 from helpers import assert_close, random_normal, sum_scale
+from jax_camp import registration
 
 
 def test_on_8_host_devices(backend, request):
@@ -45,6 +46,17 @@ def test_on_8_host_devices(backend, request):
     here = Path(__file__).resolve().parent
     run = subprocess.run(command, cwd=here, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("name", registration.SPECS)
+def test_row_kernels_name_their_reduced_dim_and_combine_it(name):
+    """A kernel along rows has "i" for the row in its rule and a way to join a row split over
+    devices; an elementwise one has neither."""
+    spec = registration.SPECS[name]
+    assert ("i" in spec.sharding_rule) == spec.along_rows
+    assert (spec.combine_across_devices is not None) == spec.along_rows
+    assert set(spec.reduction_factors) <= {"i"}
+    assert spec.sharding_rule.count(",") == spec.arity - 1
 
 
 # The tests below run in that process.

@@ -1,1 +1,2 @@
-"""One module per op: its signature, checks, custom_vjp and batching."""
+"""One module per op: its signature, checks, custom_vjp, batching and the descriptions
+(OpSpec, ``_spec.py``) of its kernels."""

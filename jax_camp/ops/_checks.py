@@ -10,8 +10,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-SUPPORTED_DTYPES = (jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-_SUPPORTED_NAMES = "float32, bfloat16 or float16"
+from jax_camp.ops._spec import SUPPORTED_DTYPE_NAMES, SUPPORTED_DTYPES
+
 
 Axis = Union[int, Sequence[int], None]
 
@@ -21,7 +21,7 @@ def float_array(op: str, name: str, x: jax.typing.ArrayLike) -> jax.Array:
     dtype = jnp.result_type(x)
     if dtype not in SUPPORTED_DTYPES:
         raise TypeError(
-            f"jax_camp.{op}: {name} has dtype {dtype}; supported dtypes are {_SUPPORTED_NAMES}"
+            f"jax_camp.{op}: {name} has dtype {dtype}; supported dtypes are {SUPPORTED_DTYPE_NAMES}"
         )
     return jnp.asarray(x)
 

@@ -7,8 +7,18 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jax_camp import backends
+from jax_camp import backends, registration
 from jax_camp.ops import _checks
+from jax_camp.ops._spec import OpSpec
+
+COPY = OpSpec(
+    name="copy",
+    ffi_target="jax_camp_copy",
+    arity=1,
+    sharding_rule="... -> ...",
+    tilelang_module="copy",
+)
+registration.register(COPY)
 
 
 def copy(x: jax.typing.ArrayLike, *, backend: str | None = None) -> jax.Array:
@@ -34,7 +44,7 @@ def _copy(x: jax.Array, backend: str) -> jax.Array:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _copy_kernel(x: jax.Array, backend: str) -> jax.Array:
-    return backends.kernel_call("copy", backend, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    return backends.kernel_call(COPY, backend, x)
 
 
 def _forward(x: jax.Array, backend: str) -> tuple[jax.Array, None]:

@@ -4,12 +4,35 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
-from jax_camp import backends
+from jax_camp import backends, registration
 from jax_camp.ops import _checks
+from jax_camp.ops._spec import OpSpec
+
+
+def _sum_across_devices(local: Callable[..., jax.Array], axes, x: jax.Array) -> jax.Array:
+    """Rows split over the devices of mesh ``axes``: each block's partial sums, added in float32."""
+    partial_sums = local(x).astype(jnp.float32)
+    return jax.lax.psum(partial_sums, axes).astype(x.dtype)
+
+
+# The kernel sums each row of its operand's last dim.
+REDUCE_SUM = OpSpec(
+    name="reduce_sum",
+    ffi_target="jax_camp_reduce_sum",
+    arity=1,
+    sharding_rule="... i -> ...",
+    tilelang_module="reduce_sum",
+    reduction_factors=("i",),
+    along_rows=True,
+    drops_last_dim=True,
+    combine_across_devices=_sum_across_devices,
+)
+registration.register(REDUCE_SUM)
 
 
 def reduce_sum(
@@ -54,8 +77,7 @@ def _reduce_sum(x: jax.Array, axes: tuple[int, ...], keepdims: bool, backend: st
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _reduce_sum_last_axis(x: jax.Array, backend: str) -> jax.Array:
-    result = jax.ShapeDtypeStruct(x.shape[:-1], x.dtype)
-    return backends.kernel_call("reduce_sum", backend, result, x)
+    return backends.kernel_call(REDUCE_SUM, backend, x)
 
 
 def _forward(x: jax.Array, backend: str) -> tuple[jax.Array, tuple[int, ...]]:

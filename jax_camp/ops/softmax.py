@@ -3,12 +3,76 @@
 from __future__ import annotations
 
 import functools
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
 
-from jax_camp import backends
+from jax_camp import backends, registration
 from jax_camp.ops import _checks
+from jax_camp.ops._spec import OpSpec
+
+# Rows split over the devices of mesh ``axes``: ``local`` runs the kernel on
+# this device's block of each row, and per-row corrections, computed in
+# float32, make the whole rows' answer. The collectives move one value per
+# row, not the rows themselves.
+
+
+def _softmax_across_devices(local: Callable[..., jax.Array], axes, x: jax.Array) -> jax.Array:
+    y = local(x)
+    block_max = jnp.max(x, axis=-1, keepdims=True).astype(jnp.float32)
+    row_max = jax.lax.pmax(block_max, axes)
+    # The block's softmax is exp(x - block_max) / block_sum and peaks at
+    # exp(0) / block_sum, so its max is 1 / block_sum: no second pass over x.
+    inv_block_sum = jnp.max(y, axis=-1, keepdims=True).astype(jnp.float32)
+    empty = block_max == -jnp.inf
+    share = jnp.where(empty, 0.0, jnp.exp(block_max - row_max) / inv_block_sum)
+    row_sum = jax.lax.psum(share, axes)
+    rescaled = y.astype(jnp.float32) * (share / row_sum)
+    # A block of -inf logits has a NaN local softmax; its true share is
+    # exp(-inf - row_max) / row_sum: 0, or NaN if the whole row is -inf,
+    # as unsharded.
+    return jnp.where(empty, jnp.exp(x - row_max) / row_sum, rescaled).astype(x.dtype)
+
+
+def _softmax_backward_across_devices(
+    local: Callable[..., jax.Array], axes, y: jax.Array, g: jax.Array
+) -> jax.Array:
+    # The kernel gives y * (g - block_dot); the answer is y * (g - row_dot).
+    dx = local(y, g)
+    block_dot = jnp.sum(y.astype(jnp.float32) * g.astype(jnp.float32), axis=-1, keepdims=True)
+    row_dot = jax.lax.psum(block_dot, axes)
+    return (dx.astype(jnp.float32) + y.astype(jnp.float32) * (block_dot - row_dot)).astype(y.dtype)
+
+
+# The forward kernel normalizes each row of its operand's last dim.
+SOFTMAX = OpSpec(
+    name="softmax",
+    ffi_target="jax_camp_softmax",
+    arity=1,
+    sharding_rule="... i -> ... i",
+    tilelang_module="softmax",
+    along_rows=True,
+    combine_across_devices=_softmax_across_devices,
+    # A row counter, where the long-row CUDA kernel counts the rows its
+    # thread-block clusters claim (RowCounter, csrc/common/row_team.cuh).
+    # XLA allocates it with the call, so calls in flight at once never share one.
+    scratch_results=(jax.ShapeDtypeStruct((1,), jnp.uint32),),
+)
+registration.register(SOFTMAX)
+
+# The backward kernel: dx = y * (g - sum(g * y)) along each row, from the
+# forward's output y and the cotangent g.
+SOFTMAX_BACKWARD = OpSpec(
+    name="softmax_backward",
+    ffi_target="jax_camp_softmax_backward",
+    arity=2,
+    sharding_rule="... i, ... i -> ... i",
+    tilelang_module="softmax",
+    along_rows=True,
+    combine_across_devices=_softmax_backward_across_devices,
+)
+registration.register(SOFTMAX_BACKWARD)
 
 
 def softmax(
@@ -48,7 +112,7 @@ def _softmax(x: jax.Array, axes: tuple[int, ...], backend: str) -> jax.Array:
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _softmax_last_axis(x: jax.Array, backend: str) -> jax.Array:
-    return backends.kernel_call("softmax", backend, jax.ShapeDtypeStruct(x.shape, x.dtype), x)
+    return backends.kernel_call(SOFTMAX, backend, x)
 
 
 def _forward(x: jax.Array, backend: str) -> tuple[jax.Array, jax.Array]:
@@ -57,8 +121,7 @@ def _forward(x: jax.Array, backend: str) -> tuple[jax.Array, jax.Array]:
 
 
 def _backward(backend: str, y: jax.Array, g: jax.Array) -> tuple[jax.Array]:
-    result = jax.ShapeDtypeStruct(y.shape, y.dtype)
-    return (backends.kernel_call("softmax_backward", backend, result, y, g.astype(y.dtype)),)
+    return (backends.kernel_call(SOFTMAX_BACKWARD, backend, y, g.astype(y.dtype)),)
 
 
 _softmax_last_axis.defvjp(_forward, _backward)

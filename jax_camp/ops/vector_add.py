@@ -7,8 +7,20 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from jax_camp import backends
+from jax_camp import backends, registration
 from jax_camp.ops import _checks
+from jax_camp.ops._spec import OpSpec
+
+# The kernel adds operands of one shape and dtype: broadcasting and promotion
+# happen before it, in JAX.
+VECTOR_ADD = OpSpec(
+    name="vector_add",
+    ffi_target="jax_camp_vector_add",
+    arity=2,
+    sharding_rule="..., ... -> ...",
+    tilelang_module="vector_add",
+)
+registration.register(VECTOR_ADD)
 
 
 def vector_add(
@@ -53,8 +65,7 @@ def _vector_add(x: jax.Array, y: jax.Array, shape: tuple[int, ...], backend: str
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _vector_add_kernel(x: jax.Array, y: jax.Array, backend: str) -> jax.Array:
-    result = jax.ShapeDtypeStruct(x.shape, x.dtype)
-    return backends.kernel_call("vector_add", backend, result, x, y)
+    return backends.kernel_call(VECTOR_ADD, backend, x, y)
 
 
 def _forward(x: jax.Array, y: jax.Array, backend: str) -> tuple[jax.Array, None]:

@@ -23,9 +23,10 @@ so one kernel still serves every batch size.
 
 from __future__ import annotations
 
+import importlib
 import math
 import threading
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -41,28 +42,33 @@ except (ImportError, OSError) as _error:  # OSError: a wheel whose native librar
 
 from tvm import tirx
 
-from jax_camp.tilelang_kernels import copy as _copy
-from jax_camp.tilelang_kernels import reduce_sum as _reduce_sum
-from jax_camp.tilelang_kernels import softmax as _softmax
-from jax_camp.tilelang_kernels import vector_add as _vector_add
+from jax_camp import registration
+from jax_camp.ops._spec import SUPPORTED_DTYPE_NAMES, SUPPORTED_DTYPES, OpSpec
 from jax_camp.tilelang_kernels._rows import is_aligned
 
-DTYPES: dict[jnp.dtype, str] = {
-    jnp.dtype(jnp.float32): "float32",
-    jnp.dtype(jnp.bfloat16): "bfloat16",
-    jnp.dtype(jnp.float16): "float16",
-}
-
-# op -> (operand count, whether the kernel sees (rows, cols) rows or a flat
-# buffer, the tile program for (dtype, aligned)).
+# Whether a kernel sees its operands as (rows, cols) or as one flat buffer.
 _FLAT, _ROWS = "flat", "rows"
-OPS: dict[str, tuple[int, str, Callable[[str, bool], tirx.PrimFunc]]] = {
-    "copy": (1, _FLAT, lambda dtype, aligned: _copy.copy_program(dtype)),
-    "vector_add": (2, _FLAT, lambda dtype, aligned: _vector_add.vector_add_program(dtype)),
-    "reduce_sum": (1, _ROWS, _reduce_sum.reduce_sum_program),
-    "softmax": (1, _ROWS, _softmax.softmax_program),
-    "softmax_backward": (2, _ROWS, _softmax.softmax_backward_program),
-}
+
+
+class TileLangKernel(NamedTuple):
+    """What the bridge needs to compile and call one op's TileLang kernel."""
+
+    spec: OpSpec
+    layout: str  # _FLAT or _ROWS
+    program: Callable[[str, bool], tirx.PrimFunc]  # the tile program for (dtype, aligned)
+
+
+def _kernel_of(spec: OpSpec) -> TileLangKernel:
+    """``spec``'s kernel: ``<name>_program`` in ``jax_camp.tilelang_kernels.<tilelang_module>``."""
+    module = importlib.import_module(f"jax_camp.tilelang_kernels.{spec.tilelang_module}")
+    build = getattr(module, f"{spec.name}_program")
+    if spec.along_rows:
+        return TileLangKernel(spec, _ROWS, build)
+    # The flat kernels have no aligned variant: they find their full tiles themselves.
+    return TileLangKernel(spec, _FLAT, lambda dtype, aligned: build(dtype))
+
+
+OPS: dict[str, TileLangKernel] = {name: _kernel_of(spec) for name, spec in registration.SPECS.items()}
 
 _lock = threading.Lock()
 # (op, dtype, aligned) -> FFI target name. The compiled kernels stay
@@ -91,7 +97,7 @@ def compile_target() -> dict[str, str] | None:
 
 def build_program(op: str, dtype: str, aligned: bool) -> tirx.PrimFunc:
     """The tile program for ``op`` (TileLang's program builder is not thread-safe)."""
-    return OPS[op][2](dtype, aligned)
+    return OPS[op].program(dtype, aligned)
 
 
 def compile_program(
@@ -125,48 +131,42 @@ def ffi_target(op: str, dtype: str, aligned: bool) -> str:
         return name
 
 
-def _result_shape(op: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    return shape[:-1] if op == "reduce_sum" else shape
-
-
-def _run(op: str, *operands: jax.Array) -> jax.Array:
+def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
     """One kernel launch on unbatched operands of any rank."""
-    x = operands[0]
-    shape, dtype = x.shape, DTYPES[jnp.dtype(x.dtype)]
-    out_shape = _result_shape(op, shape)
-    if OPS[op][1] == _FLAT:
-        kernel_shape = (math.prod(shape),)
-        kernel_out = kernel_shape
-        aligned = False  # no variants: the flat kernels find their full tiles themselves
-    else:
+    spec, x = kernel.spec, operands[0]
+    shape, dtype = x.shape, jnp.dtype(x.dtype).name
+    if kernel.layout == _ROWS:
         kernel_shape = (math.prod(shape[:-1]), shape[-1])
-        kernel_out = kernel_shape[:1] if op == "reduce_sum" else kernel_shape
         aligned = is_aligned(shape[-1], dtype)
+    else:
+        kernel_shape = (math.prod(shape),)
+        aligned = False
+    out_shape = spec.result_shape(shape)
     if math.prod(kernel_shape) == 0:
         # A launch over nothing would be an invalid (empty) grid; an empty
         # row sums to 0 and every other op has nothing to write.
         return jnp.zeros(out_shape, x.dtype)
-    name = ffi_target(op, dtype, aligned)
-    call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(kernel_out, x.dtype))
+    name = ffi_target(spec.name, dtype, aligned)
+    call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(spec.result_shape(kernel_shape), x.dtype))
     return call(*(o.reshape(kernel_shape) for o in operands)).reshape(out_shape)
 
 
-def kernel_call(op: str, result: jax.ShapeDtypeStruct, *operands: jax.Array) -> jax.Array:
-    """Runs TileLang kernel ``op`` on ``operands``; ``result`` is the expected output.
+def kernel_call(spec: OpSpec, *operands: jax.Array) -> jax.Array:
+    """Runs the TileLang kernel of ``spec`` on ``operands``.
 
-    Raises ValueError (never crashes) for an unknown op, a wrong operand
-    count, mismatched shapes or dtypes, or a dtype without a kernel.
+    Raises ValueError (never crashes) for an op without a TileLang kernel, a
+    wrong operand count, mismatched shapes or dtypes, or a dtype without a kernel.
     """
+    op = spec.name
     if op not in OPS:
         raise ValueError(f"no TileLang kernel for op {op!r}; choose one of {tuple(OPS)}")
-    count, layout, _ = OPS[op]
-    if len(operands) != count:
-        raise ValueError(f"TileLang {op} takes {count} operand(s), got {len(operands)}")
+    if len(operands) != spec.arity:
+        raise ValueError(f"TileLang {op} takes {spec.arity} operand(s), got {len(operands)}")
     x = operands[0]
     dtype = jnp.dtype(x.dtype)
-    if dtype not in DTYPES:
+    if dtype not in SUPPORTED_DTYPES:
         raise ValueError(
-            f"TileLang {op} has no kernel for dtype {dtype}; use float32, bfloat16 or float16"
+            f"TileLang {op} has no kernel for dtype {dtype}; use {SUPPORTED_DTYPE_NAMES}"
         )
     for other in operands[1:]:
         if other.shape != x.shape or jnp.dtype(other.dtype) != dtype:
@@ -174,17 +174,13 @@ def kernel_call(op: str, result: jax.ShapeDtypeStruct, *operands: jax.Array) -> 
                 f"TileLang {op} needs operands of one shape and dtype, got "
                 f"{x.shape} {dtype} and {other.shape} {jnp.dtype(other.dtype)}"
             )
-    if layout == _ROWS and x.ndim == 0:
+    kernel = OPS[op]
+    if kernel.layout == _ROWS and x.ndim == 0:
         raise ValueError(f"TileLang {op} works along the last dim and needs rank >= 1")
-    expected = jax.ShapeDtypeStruct(_result_shape(op, x.shape), dtype)
-    if tuple(result.shape) != expected.shape or jnp.dtype(result.dtype) != dtype:
-        raise ValueError(
-            f"TileLang {op} of {x.shape} {dtype} gives {expected.shape} {dtype}, "
-            f"not the requested {tuple(result.shape)} {jnp.dtype(result.dtype)}"
-        )
-    return _run(op, *operands)
+    return _run(kernel, *operands)
 
 
 __all__ = [
-    "DTYPES", "OPS", "build_program", "compile_program", "compile_target", "ffi_target", "kernel_call",
+    "OPS", "TileLangKernel", "build_program", "compile_program", "compile_target", "ffi_target",
+    "kernel_call",
 ]

@@ -1,0 +1,77 @@
+"""OpSpec, the one description of a jax_camp kernel, and the dtypes every kernel supports.
+
+Each op module describes its kernels beside its public function (``COPY`` in
+``jax_camp/ops/copy.py``, ``SOFTMAX`` and ``SOFTMAX_BACKWARD`` in
+``jax_camp/ops/softmax.py``, ...). Registration, the FFI call, batching,
+sharding, the TileLang bridge and the benchmark harness all read these
+descriptions, so everything about a kernel is found under its name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Every kernel, on every backend, has a version for each of these.
+SUPPORTED_DTYPES: tuple[np.dtype, ...] = (
+    jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)
+)
+# "float32, bfloat16 or float16", for error messages.
+SUPPORTED_DTYPE_NAMES = (
+    ", ".join(d.name for d in SUPPORTED_DTYPES[:-1]) + " or " + SUPPORTED_DTYPES[-1].name
+)
+
+# The per-device computation for a sharded last dim:
+# ``combine(local, mesh_axes, *operand_blocks)``, where ``local`` runs the
+# kernel on this device's blocks and ``mesh_axes`` are the mesh axes that
+# split each row.
+CombineAcrossDevices = Callable[..., jax.Array]
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    """One kernel: ``arity`` operands of one shape and dtype in, one array of that dtype out.
+
+    Attributes:
+      name: the kernel's name, e.g. "softmax_backward".
+      ffi_target: the XLA FFI target that runs it, the same on every platform
+        (the C++ module registers one handler per platform under this name).
+      arity: how many operands the kernel takes.
+      sharding_rule: the Shardy rule of the call; "i" names the last dim of a
+        kernel that works along rows.
+      tilelang_module: the module of ``jax_camp.tilelang_kernels`` whose
+        ``<name>_program`` builds the TileLang version.
+      reduction_factors: the rule's factors that the kernel sums over, so that
+        Shardy may shard them and combine the partial results.
+      along_rows: the kernel treats the last dim as a row and the others as
+        independent rows; otherwise it is elementwise over a flat buffer.
+      drops_last_dim: the result has the operands' shape without the last dim;
+        otherwise it has the operands' shape.
+      combine_across_devices: how the blocks of rows split over devices make
+        the whole rows' result; None for a kernel whose rows are never split.
+      scratch_results: extra outputs of the FFI call, for the kernel's own use
+        and dropped after it.
+    """
+
+    name: str
+    ffi_target: str
+    arity: int
+    sharding_rule: str
+    tilelang_module: str
+    reduction_factors: tuple[str, ...] = ()
+    along_rows: bool = False
+    drops_last_dim: bool = False
+    combine_across_devices: CombineAcrossDevices | None = None
+    scratch_results: tuple[jax.ShapeDtypeStruct, ...] = ()
+
+    def result_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The result's shape for operands of ``shape``."""
+        return tuple(shape[:-1]) if self.drops_last_dim else tuple(shape)
+
+    def result(self, operand: jax.Array | jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
+        """The result's shape and dtype for operands like ``operand``."""
+        return jax.ShapeDtypeStruct(self.result_shape(operand.shape), operand.dtype)
