@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                    + ",".join(C.OPS) + " (to split a run)")
     p.add_argument("--backend", choices=BACKENDS, default="all")
     p.add_argument("--mode", choices=("test", "bench", "all"), default="all")
-    p.add_argument("--dtype", default=",".join(C.DEFAULT_DTYPES), help="comma-separated: float32,bfloat16,float16")
+    p.add_argument("--dtype", default=",".join(C.DEFAULT_DTYPES), help="comma-separated: " + ",".join(C.DTYPES))
     p.add_argument("--shapes", default=None, help="comma-separated RxC, or N / A*B (flat: copy, vector_add)")
     p.add_argument("--quick", action="store_true", help="four shapes only (a GPU sanity run)")
     p.add_argument("--host-shape", default=C.HOST_SHAPE, help="the host-bound shape, or 'off'")

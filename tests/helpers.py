@@ -12,7 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-DTYPES = (jnp.float32, jnp.bfloat16, jnp.float16)
+from jax_camp.ops._spec import SUPPORTED_DTYPES
+
+# The scalar types, whose names ("float32", ...) become the test ids.
+DTYPES = tuple(dtype.type for dtype in SUPPORTED_DTYPES)
 # Tolerances of the kernel documentation template.
 TOLERANCE = {jnp.dtype(jnp.float32): 1e-5, jnp.dtype(jnp.bfloat16): 1e-2, jnp.dtype(jnp.float16): 1e-2}
 _seed = itertools.count(20261129)

@@ -60,8 +60,6 @@ def backend_unavailable(backend: str, is_gpu: bool) -> str | None:
     """Why a backend cannot run here, or None."""
     if backend == "xla":
         return None
-    if C.jax_camp is None:
-        return f"jax_camp does not import ({C.JAX_CAMP_IMPORT_ERROR})"
     if backend in ("cuda", "tilelang") and not is_gpu:
         return f"backend {backend} needs a GPU"
     if backend == "cpu" and is_gpu:
