@@ -70,7 +70,7 @@ def test_rows_claimed_by_clusters(dtype, backend):
     """Rows that the forward's clusters claim from a counter as they free up.
 
     They claim where each resident cluster would take more than 16 rows
-    (row_team.cuh, kMinRowsPerClaimingCluster); on the H200, 16 clusters
+    (row_plan.h, kMinRowsPerClaimingCluster); on the H200, 16 clusters
     of 131_080 float32 values a row are resident, 30 of 16-bit ones. A row
     that no cluster claimed, or that one took past the end, fails here.
     """

@@ -244,13 +244,6 @@ inline ffi::ErrorOr<int> SmCount() {
   return CachedDeviceAttribute<cudaDevAttrMultiProcessorCount>();
 }
 
-// Compute capabilities are written major * 10 + minor, as __CUDA_ARCH__ / 10.
-// Hopper (9.0) brought thread-block clusters, distributed shared memory and
-// the bulk copies of its TMA engine.
-constexpr int kHopperArchitecture = 90;
-
-inline bool HasClusters(int architecture) { return architecture >= kHopperArchitecture; }
-
 // Internal to each file that includes this header, so that each file asks
 // about its own code.
 namespace {

@@ -12,35 +12,25 @@
 
 namespace jax_camp::reduce_sum {
 
-// Launch policy (see PlanRowLaunch): up to 128 bytes a thread in flight
-// (8 packs), and a warp's lanes a row where that holds it. A sum never needs
-// its row twice, so rows longer than that are streamed, chunk by chunk, and
-// none is held with more. Against 64 values a thread and 64 lanes a row,
-// on the H200 in CUDA graphs: bfloat16 1008x1280 2.25 -> 1.96 us, 4080x1536
-// 5.45 -> 4.85 us, float32 784x3840 4.59 -> 3.74 us, but float32 2032x2304
-// 6.48 -> 7.05 us; the large shapes within 2%
-// (benchmarks/results/2026-11-29-h200-v6-probes.txt).
-// Teams of two warps share 256-thread blocks, four rows a block, rather than
-// take a 64-thread block each: in CUDA graphs, bfloat16 1008x2304 2.61 ->
-// 2.39 us, 2032x2304 3.24 -> 3.01, 784x3840 2.61 -> 2.44, float32 1008x1280
-// 2.47 -> 2.32; four warps sharing a block cost float32 1008x2304 and
-// 2032x2304 7-8% (benchmarks/results/2026-11-30-h200-v12-probes.txt, probe 4).
-// Grids too small to fill the SMs give 16-bit rows up to 64 lanes, float32
-// ones up to 128: at 144x1280 in CUDA graphs, bfloat16 ran 1.52 us in 64
-// lanes against 1.65 in 128, float32 1.64 against 1.58; and at every shape
-// with enough rows, bfloat16's 128-lane teams were the slower
-// (-v16-probes.txt, probe 1).
-// 16-bit rows that a grid of at most 1024 threads an SM would hold at 8 packs
-// a thread take twice the lanes, 4 packs each (kQuietGridMaxChunk 7; ptxas
-// issues the last two packs' loads of 8 only after the first pack's adds), and
-// 16-bit teams of 128 lanes share 256-thread blocks. With a team a row, inputs
-// cycling through the harness's sets, in CUDA graphs: bfloat16 784x3840 3.16 ->
-// 2.96 us (inputs in L2 1.95 -> 2.00), 8192x8192 31.07 -> 31.02; 128-lane teams
-// in 128-thread blocks ran 784x3840 in 3.02 (L2 2.11)
-// (benchmarks/results/2026-11-30-h200-v21-probes.txt, probes 2 and 3).
+// The launch policy (RowPolicy, row_plan.h); docs/performance_notes.md
+// gives the measurement behind each value. A sum never needs its row twice,
+// so rows longer than a chunk a thread are streamed, chunk by chunk.
 template <typename T>
-using Policy = RowPolicy<8 * kPack128<T>, 512, 32, 0, 8, sizeof(T) == 4 ? 64 : 128, 256,
-                         sizeof(T) == 4 ? 128 : 64, 0, sizeof(T) == 4 ? 0 : 7>;
+inline constexpr RowPolicy kPolicy = [] {
+  constexpr bool k16Bit = sizeof(T) == 2;
+  RowPolicy policy;
+  policy.max_chunk_elements = 8 * kPack128<T>;  // 128 bytes in flight a thread (8 packs)
+  policy.max_threads = 512;
+  policy.team_lanes = 32;  // a warp's lanes a row where 8 packs each hold it
+  // Teams of up to 2 warps (4 for 16-bit) share 256-thread blocks, several rows a block.
+  policy.shared_block_lanes = k16Bit ? 128 : 64;
+  policy.small_grid_lanes = k16Bit ? 64 : 128;  // the fastest on grids too few to fill the SMs
+  // 16-bit rows on quiet grids take twice the lanes rather than 8 packs a
+  // thread: ptxas issues the last two packs' loads of 8 only after the first
+  // pack's adds.
+  policy.quiet_grid_max_chunk = k16Bit ? 7 : 0;
+  return policy;
+}();
 
 // Blocks an SM that a kernel's registers must leave room for. Left to
 // choose, ptxas kept a chunk in fewer registers by issuing its loads in
@@ -65,14 +55,16 @@ constexpr int kMinBlocks = sizeof(T) == 4 ? 1 : 2;
 // threads as a constant (TeamBlockThreads): it sums one row a team, with no
 // loop over rows and its team's geometry and reduction without branches.
 template <typename T, int kPack, int kChunk, bool kStreamed, int kLanes>
-__global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
+__global__ void __launch_bounds__(kPolicy<T>.max_threads, kMinBlocks<T>)
     ReduceSumKernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols,
                     int lanes) {
-  constexpr bool kClusters = Policy<T>::kClusters;
+  constexpr bool kClusters = kPolicy<T>.ClusterTeams();
+  constexpr bool kSharedBlockTeams = kPolicy<T>.SharedBlockTeams();
   constexpr bool kTeamPerRow = kLanes > 0;
+  constexpr unsigned kBlockThreads = kTeamPerRow ? TeamBlockThreads(kLanes, kPolicy<T>) : 0;
   __shared__ RowScratch<float> scratch;
   RowTeam team(kTeamPerRow ? kLanes : lanes, kClusters,
-               kTeamPerRow ? TeamBlockThreads<Policy<T>>(kLanes) : 0);
+               kBlockThreads);
   team.Begin<kClusters>(scratch);
   const int64_t num_packs = cols / kPack;
   auto sum_group = [&](int64_t group) {
@@ -101,7 +93,7 @@ __global__ void __launch_bounds__(Policy<T>::kMaxThreads, kMinBlocks<T>)
     } else {
       add_chunk(x_row, valid ? static_cast<int>(num_packs) : 0);
     }
-    const float total = team.Reduce<kClusters, Policy<T>::kSharedBlockTeams>(
+    const float total = team.Reduce<kClusters, kSharedBlockTeams>(
         partial, SumOp{}, scratch);
     if (valid && team.lane == 0) out[row] = FromFloat<T>(total);
   };

@@ -22,32 +22,33 @@
 
 #include <cstdint>
 
-#include "../common/row_team.cuh"
+#include "../common/row_launch.cuh"
 
 namespace jax_camp::softmax {
 
-// Launch policies (see PlanRowLaunch). Chunk sizes and block limits keep
-// every dtype's chunks in registers (nvcc -Xptxas -v reports no spills):
-// 512 threads x 64 values hold a row of 32768. The backward holds two chunks,
-// y and g.
-// kTeamLanes from scripts/row_policy_bench.cu on the H200: the forward ran
-// 1280- and 1536-column float32 rows 5-10% faster with 128 lanes than with
-// 64; the backward ran 1280 columns 40% slower.
-// Rows longer than a block holds go to clusters of blocks (docs/
-// performance_notes.md, v4 and v5). The backward's, of 256 threads: 4096x32768
-// float32 then ran at 98% of the copy ceiling, read once, where one block
-// streamed it. The forward's, of 512 threads: float32 1024x262144 in 670 us
-// (8 blocks) against 791 streamed, bfloat16 in 359 against 417. The forward
-// gives rows of up to 16 packs 4 lanes (see RowLanes), and its teams of up to
-// a warp share blocks of 64 threads, not 256: in CUDA graphs float32
-// 262144x128 66.1 -> 65.1 us, 131072x512 129.8 -> 128.6, bfloat16 65536x1024
-// 66.0 -> 65.2, 262144x128 34.3 -> 34.0; blocks of 128 ran as 256, and the
-// backward and reduce_sum gained nothing from either
-// (benchmarks/results/2026-11-30-h200-v15-probes.txt, probe 7). On grids of
-// many rows it halves a row's lanes while each thread holds at most 6 packs
-// (see PlanRowLaunch); the backward and reduce_sum were not measured so.
-using ForwardPolicy = RowPolicy<64, 512, 128, 512, 4, 32, 64, 128, 6>;
-using BackwardPolicy = RowPolicy<32, 512, 64, 256>;
+// The launch policies (RowPolicy, row_plan.h). Their chunks and block sizes
+// keep every dtype's chunks in registers (nvcc -Xptxas -v reports no spills);
+// the backward holds two chunks, y and g. docs/performance_notes.md gives the
+// measurement behind each value.
+inline constexpr RowPolicy kForwardPolicy = [] {
+  RowPolicy policy;
+  policy.max_chunk_elements = 64;      // 512 threads x 64 values hold a row of 32768
+  policy.max_threads = 512;
+  policy.team_lanes = 128;             // medium rows ran faster in 128 lanes than in 64
+  policy.cluster_block_threads = 512;  // longer rows held in clusters, read once, not streamed
+  policy.min_lanes = 4;                // rows of up to 16 packs take 4 lanes of 4 packs
+  policy.rows_block_threads = 64;      // teams up to a warp share small blocks, which overlap
+  policy.busy_grid_max_chunk = 6;      // many rows: fewer lanes, more bytes in flight each
+  return policy;
+}();
+inline constexpr RowPolicy kBackwardPolicy = [] {
+  RowPolicy policy;
+  policy.max_chunk_elements = 32;      // two chunks a thread, y's and g's
+  policy.max_threads = 512;
+  policy.team_lanes = 64;              // 128 lanes ran medium rows slower
+  policy.cluster_block_threads = 256;  // clusters of small blocks read long rows once
+  return policy;
+}();
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
 // below float32 softmax's tolerance, and it keeps 16-bit inputs memory-bound.
@@ -203,7 +204,7 @@ constexpr int kForwardPrefetchBytes =
 // kTeamPerRow: the launch gives every row a team of its own (see
 // SelectForwardKernel), and each team takes its one row with no loop over rows.
 template <typename T, int kPack, int kChunk, RowLayout kLayout, bool kTeamPerRow>
-__global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
+__global__ void __launch_bounds__(kForwardPolicy.max_threads,
                                   kForwardMinBlocks<T, kPack, kChunk, kLayout>)
     SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
                          RowCounter row_counter, int lanes) {
@@ -212,7 +213,8 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
   __shared__ RowScratch<MaxSum> scratch;
   // The policy's, not the layout's: told that its teams are never clusters,
   // ptxas spilled the unaligned bfloat16 kernel of 16 packs a thread.
-  RowTeam team(lanes, ForwardPolicy::kClusters);
+  constexpr bool kPolicyClusters = kForwardPolicy.ClusterTeams();
+  RowTeam team(lanes, kPolicyClusters);
   // Only a prefetching kernel claims rows (the launcher gives the others none).
   __shared__ ClaimSlot claim_slot;
   ClaimedRows claimed_rows(kPrefetches ? row_counter : RowCounter{}, &claim_slot, team, rows);
@@ -323,10 +325,10 @@ __device__ __forceinline__ void StoreGrad(const RowChunk<T, kPack, kChunk>& y_ch
 }
 
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
-__global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
+__global__ void __launch_bounds__(kBackwardPolicy.max_threads)
     SoftmaxBackwardKernel(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
                           int64_t rows, int64_t cols, int lanes) {
-  constexpr bool kClusters = BackwardPolicy::kClusters;
+  constexpr bool kClusters = kBackwardPolicy.ClusterTeams();
   __shared__ RowScratch<float> scratch;
   RowTeam team(lanes, kClusters);
   team.Begin<kClusters>(scratch);
