@@ -458,9 +458,8 @@ def test_softmax_kernels_prefetch_16_byte_packs_only(plan):
 ])
 def test_plans_prefetch_in_clusters_of_8_or_more_large_blocks(plan, kernel, cols, pack, prefetches):
     """The launcher's rule (PrefetchSharedBytes): clusters of kMinPrefetchClusterBlocks or more, of
-    blocks of kMinPrefetchBlockThreads or more (float32 1024x262144 forward: 570 against 618 us;
-    the backward in clusters of 256-thread blocks ran 2% slower prefetching). tests/test_softmax.py
-    has shapes that reach these plans."""
+    blocks of kMinPrefetchBlockThreads or more (the backward's clusters of 256-thread blocks ran
+    slower prefetching). tests/test_softmax.py has shapes that reach these plans."""
     p = plan(kernel, 3, cols, pack)
     assert p["prefetches"] == prefetches  # where the kernel has bytes to prefetch
     assert not prefetches or (p["cluster"] >= 8 and p["threads"] == 512)

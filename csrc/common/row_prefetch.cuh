@@ -16,18 +16,14 @@ namespace jax_camp {
 // share is the RowChunk that each thread would Load, laid out pack i of
 // thread t at stripe[i * blockDim.x + t]: kChunk runs of blockDim.x packs,
 // each contiguous in the row too, so that thread 0 starts one bulk copy (the
-// TMA engine) a run and the block's other threads issue nothing. With
-// per-thread cp.async copies, 15% of the float32 forward's stall samples at
-// 1024x262144 were their issue waiting on the memory pipeline (ncu); bulk
-// copies, with ClusterReduce's barrier gone too, ran it in 570 us, not 618.
+// TMA engine) a run and the block's other threads issue nothing: per-thread
+// cp.async copies spent much of the forward's time issuing, waiting on the
+// memory pipeline.
 //
 // The stripes live in the block's dynamic shared memory (NextRowStripes),
-// aligned to 1024 bytes: where the bulk copies land changed their speed. A
-// forward with 16 more bytes of static shared memory, which put the stripe
-// 48 bytes past a 128-byte line instead of 32, ran float32 1024x262144 in
-// 598 us, and in 534 with the stripe aligned to 1024 bytes; these kernels
-// ran 552 us aligned against 554 (float32), 285 against 288 (bfloat16)
-// (CUDA graphs on the H200, benchmarks/results/2026-11-30-h200-v18-probes.txt).
+// aligned to 1024 bytes: where the bulk copies land changed their speed, and
+// a few more bytes of static shared memory, moving the stripe off a 128-byte
+// line, slowed the long-row forward.
 constexpr int kNextRowStripeAlignment = 1024;
 
 // The block's dynamic shared memory, which a kernel's NextRow stripes take
@@ -114,10 +110,8 @@ struct ClaimSlot {
 
 // The rows a prefetching cluster team (NextRow) takes, in turn. Static rows,
 // every row_stride-th from the team's first, give every team as many rows, but
-// the teams do not run equally fast: float32 1024x262144's 15 clusters of
-// 68-69 rows ended between 474 and 559 us, bfloat16's 30 in two groups,
-// 186-222 and 262-291 us, and the kernel ends with its slowest
-// (benchmarks/results/2026-11-30-h200-v18-probes.txt, probe 2). With a counter,
+// the teams do not run equally fast, and the kernel ends with its slowest.
+// With a counter,
 // a team takes its first two rows so, and claims each later one from the
 // counter, a row ahead of its prefetch: the team's first thread claims a row,
 // pushes the claim into every block of the team after the next row's

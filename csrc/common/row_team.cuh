@@ -59,8 +59,8 @@ struct RowTeam {
   // A team of up to a block's threads, or of team_lanes / BlockThreads()
   // blocks (a cluster, consecutive in x). Lanes and block sizes are powers of
   // two (the launcher plans no others), so the team's geometry is shifts:
-  // with divisions by runtime values, a 144x1280 reduce_sum executed three
-  // times XLA's instructions (ncu). `spans_blocks`: whether the team may be a
+  // divisions by runtime values multiplied a small kernel's instructions.
+  // `spans_blocks`: whether the team may be a
   // cluster (the kernel's kClusters); a kernel whose teams never are leaves
   // out the geometry for them, which sat between its start and its first
   // load. A kernel compiled for its lanes may pass its block's threads too
@@ -167,9 +167,9 @@ struct RowTeam {
   // t to rank t), where it counts in on that block's barrier; each block
   // waits on its own barrier alone, then every thread combines the results
   // in rank order (the same float in every block). No cluster barrier: one
-  // (with the memory fence it implies, which waited for the block's earlier
-  // stores) and remote reads after it cost 11% of the float32 forward's
-  // stall samples at 1024x262144 (ncu). Two rounds used in turn are enough: a
+  // (with the memory fence it implies, which waits for the block's earlier
+  // stores) and remote reads after it were a large share of the long-row
+  // forward's stalls. Two rounds used in turn are enough: a
   // block pushes into a round again only after it has every block's result
   // of the round between, which each block pushed only after its threads had
   // all read that round's results (they reach the barrier of the block's
@@ -256,9 +256,8 @@ struct RowChunk {
   // (VHMNMX), where widening and comparing took two instructions a value.
   // A branch a pack, not Sum's select: with the select, ptxas placed the
   // first comparison before a held chunk's last two loads (at 64 registers
-  // it reused a loaded pack's register), so those waited on the first;
-  // bfloat16 1000x8192 then ran 10% slower than widening
-  // (benchmarks/results/2026-11-30-h200-v20-probes.txt, probe 2).
+  // it reused a loaded pack's register), so those waited on the first, and
+  // the kernel ran slower than widening.
   __device__ __forceinline__ float Max(int count, const RowTeam& team) const {
     if constexpr (StoredPack::kPerWord == 2) {
       unsigned pair_max = ValueBits<T>::kNegInfPair;

@@ -36,14 +36,9 @@ inline constexpr RowPolicy kPolicy = [] {
 // choose, ptxas kept a chunk in fewer registers by issuing its loads in
 // rounds, each after the previous packs were summed, so a row waited on
 // memory several times. Told one block, it issues a float32 chunk's loads all
-// first: on the H200 in CUDA graphs, float32 144x1280 1.88 -> 1.73 us,
-// 4080x1536 5.19 -> 4.77, 8192x8192 60.2 -> 59.2, 1024x262144 233.4 -> 234.9
-// (benchmarks/results/2026-11-30-h200-v10-probes.txt). 16-bit chunks take
-// two blocks, and add their packs by RowChunk::Sum, whose select leaves ptxas
-// no branch to sink a pack's load into: bfloat16 8192x8192 32.5 -> 31.2 us,
-// 4096x32768 64.1 -> 60.4, 1008x1280 2.21 -> 2.12, 784x3840 2.89 -> 2.62,
-// 1024x262144 and 262144x128 within 1% (-v12-probes.txt). One block cost
-// bfloat16 4096x32768 a third (85.8 us); two with the branches, 1-5%.
+// first. 16-bit chunks take two blocks, and add their packs by RowChunk::Sum,
+// whose select leaves ptxas no branch to sink a pack's load into; one block
+// cost them far more than it saved.
 template <typename T>
 constexpr int kMinBlocks = sizeof(T) == 4 ? 1 : 2;
 
@@ -75,8 +70,7 @@ __global__ void __launch_bounds__(kPolicy<T>.max_threads, kMinBlocks<T>)
     auto add_chunk = [&](const T* first, int count) {
       RowChunk<T, kPack, kChunk> chunk;
       chunk.Load(first, count, team);
-      // Float32 through Sum: 4% faster at some shapes, 4% slower at others
-      // (-v12-probes.txt, probe 2).
+      // Float32 through Sum won at some shapes and lost at others, a tie.
       if constexpr (sizeof(T) == 4) {
         chunk.ForEach(count, team, [&](int, int, const float(&v)[kPack]) {
 #pragma unroll
@@ -106,15 +100,10 @@ __global__ void __launch_bounds__(kPolicy<T>.max_threads, kMinBlocks<T>)
 // 64 and 128 lanes in 16-byte packs, those of 128 to 1024 packs such as the
 // camp's shapes, take a kernel compiled for their lanes: a launch there lasts
 // a few microseconds, and working out the team's geometry from a lane count
-// read at run time sat between the kernel's start and its first load. On the
-// H200 in CUDA graphs: bfloat16 1008x1280 1.93 -> 1.86 us, 4080x1536 4.54 ->
-// 4.46, float32 1008x2304 3.77 -> 3.70; float32 144x1280 unchanged
-// (benchmarks/results/2026-11-30-h200-v15-probes.txt, probe 1). Since v21
-// only where the grid has a team for every row: the kernel then takes one row
-// a team, and ran 0.1-7.8% shorter at every such shape than with a loop over
-// rows (bfloat16 144x1280 1.32 -> 1.22 us, 784x3840 3.24 -> 3.16; with the
-// harness's rotating inputs, -v21-probes.txt, probe 2). Other lane counts,
-// grids capped short of the rows, and unaligned rows keep one kernel a chunk.
+// read at run time sat between the kernel's start and its first load. Only
+// where the grid has a team for every row: the kernel then takes one row a
+// team, with no loop over rows. Other lane counts, grids capped short of the
+// rows, and unaligned rows keep one kernel a chunk.
 template <typename T>
 struct SelectReduceSumKernel {
   template <typename Pack, typename Chunk, typename Layout>

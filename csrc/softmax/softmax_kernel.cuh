@@ -177,9 +177,8 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
 
 // Blocks an SM that a forward kernel's registers must leave room for. A
 // block that holds its rows loads, reduces and stores in turn; a second block
-// an SM overlaps one's stores with the other's loads: bfloat16 4096x32768
-// (64 values, 128 bytes a thread) ran 185 us in one 96-register block an SM
-// and 135 us in two of 64 (docs/performance_notes.md, v5). Larger chunks need
+// an SM overlaps one's stores with the other's loads, which paid more than
+// the registers a single block could have. Larger chunks need
 // more than 64 registers, and so did the cluster reduction beside a scalar
 // chunk (it spilled); there, and for streamed rows, ptxas takes what it needs.
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
@@ -192,11 +191,9 @@ constexpr int kForwardMinBlocks =
 // Shared memory a thread (0: none) that a forward kernel prefetches its
 // team's next row into while it works on the row it holds (NextRow), where
 // the launcher lets it (PrefetchSharedBytes): otherwise, between a row's
-// last load and its first store, an SM would have nothing to load. At
-// 1024x262144, float32 ran 570 us prefetching by bulk copies (618 by
-// per-thread cp.async, 634 not prefetching); bfloat16 287 against 323, once
-// 32-bit offsets in a chunk let its kernel prefetch within the 64 registers
-// of two blocks an SM without spilling (docs/performance_notes.md, v8, v9).
+// last load and its first store, an SM would have nothing to load. 16-bit
+// kernels prefetch within the 64 registers of two blocks an SM, which 32-bit
+// offsets within a chunk leave room for.
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kForwardPrefetchBytes =
     kLayout == RowLayout::kHeldInCluster && kPack > 1 ? sizeof(T) * kPack * kChunk : 0;
@@ -267,14 +264,9 @@ __global__ void __launch_bounds__(kForwardPolicy.max_threads,
 // memory it prefetches into (see LaunchRowKernelAs): the handler and
 // scripts/row_policy_bench.cu launch the same kernels. Rows held by a warp
 // or more take a kernel with no loop over rows where the grid has a team for
-// every row, as reduce_sum's: with rotating inputs in CUDA graphs, 0.3-1.8%
-// shorter at the camp's shapes (float32 1008x2304 6.615 -> 6.514 us, bfloat16
-// 784x3840 5.269 -> 5.214; one of two runs of float32 1008x1280 0.2% longer),
-// the large shapes within 0.16%. Teams of fewer
-// lanes, sharing a 64-thread block with other rows (262144x128), ran 0.1-0.6%
-// longer so, and keep the loop (benchmarks/results/2026-11-30-h200-v22-probes.txt).
-// The backward's lost up to 1.5% at the camp's shapes (-v21-probes.txt,
-// probe 4), and keeps its loop.
+// every row, as reduce_sum's, which the medium shapes ran shorter; teams of
+// fewer lanes, sharing a block with other rows, ran longer so and keep the
+// loop, as does the backward, which lost with it.
 template <typename T>
 struct SelectForwardKernel {
   template <typename Pack, typename Chunk, typename Layout>
@@ -294,8 +286,7 @@ struct SelectForwardKernel {
 
 // Shared memory a thread that a backward kernel prefetches its team's next
 // y and g rows into (NextRow; 0: none), where the launcher lets it
-// (PrefetchSharedBytes): float32 1024x262144 ran 813 us prefetching, 843
-// not; 40x150000 26 against 37.
+// (PrefetchSharedBytes), as the forward does.
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kBackwardPrefetchBytes =
     kLayout == RowLayout::kHeldInCluster && kPack > 1 ? 2 * sizeof(T) * kPack * kChunk : 0;
@@ -368,10 +359,8 @@ __global__ void __launch_bounds__(kBackwardPolicy.max_threads)
   const int chunk_packs = lanes * kChunk;
   const bool row_in_registers = num_packs <= chunk_packs;
   // Its own loop over groups, not RowTeam::ForEachGroup<false>: through the
-  // helper's lambda, ptxas gave 43 of the 52 backward kernels other register
-  // counts, and the backward ran up to 2.4% slower at bfloat16 262144x128,
-  // 144x1280 and 784x3840, up to 2% faster at 1008x1280 and 1008x2304
-  // (benchmarks/results/2026-11-30-h200-v25-probes.txt, call 1).
+  // helper's lambda, ptxas allocated most backward kernels' registers
+  // otherwise, and some small shapes ran slower.
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
