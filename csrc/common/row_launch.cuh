@@ -188,13 +188,12 @@ ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, 
   auto architecture = KernelArchitecture();
   if (!architecture.has_value()) return architecture.error();
   constexpr int kPack = kPack128<T>;
-  const bool packed = aligned && cols % kPack == 0;
-  const int pack = packed ? kPack : 1;
   static_assert(kPolicy.Valid(), "blocks that teams share hold whole teams and warps");
+  const int pack = RowPack(sizeof(T), cols, aligned);
   const RowLaunch plan =
       PlanRowLaunch(rows, cols / pack, kPolicy, RowTarget{pack, *architecture, *sm_count});
-  return packed ? LaunchRowKernelAs<kPolicy, kPack>(what, stream, plan, select_kernel, args...)
-                : LaunchRowKernelAs<kPolicy, 1>(what, stream, plan, select_kernel, args...);
+  return pack == kPack ? LaunchRowKernelAs<kPolicy, kPack>(what, stream, plan, select_kernel, args...)
+                       : LaunchRowKernelAs<kPolicy, 1>(what, stream, plan, select_kernel, args...);
 }
 
 }  // namespace jax_camp

@@ -103,6 +103,14 @@ struct RowLaunch {
   bool TeamForEveryRow() const { return Teams() >= rows; }
 };
 
+// Elements a pack for rows of `cols` elements of `item_bytes`: 16 bytes' worth
+// where the rows are 16-byte aligned (`aligned`: every pointer the kernel
+// touches is, and cols a multiple of a pack), else one.
+inline int RowPack(int item_bytes, int64_t cols, bool aligned) {
+  const int pack = 16 / item_bytes;
+  return aligned && cols % pack == 0 ? pack : 1;
+}
+
 // The most packs a thread holds, and the block size of cluster teams (0 for
 // none), for `target`: clusters only where the loaded code has them.
 inline int MaxChunk(const RowPolicy& policy, const RowTarget& target) {

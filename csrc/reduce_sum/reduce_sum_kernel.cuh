@@ -9,28 +9,9 @@
 #include <cstdint>
 
 #include "../common/row_team.cuh"
+#include "reduce_sum_policy.h"
 
 namespace jax_camp::reduce_sum {
-
-// The launch policy (RowPolicy, row_plan.h); docs/performance_notes.md
-// gives the measurement behind each value. A sum never needs its row twice,
-// so rows longer than a chunk a thread are streamed, chunk by chunk.
-template <typename T>
-inline constexpr RowPolicy kPolicy = [] {
-  constexpr bool k16Bit = sizeof(T) == 2;
-  RowPolicy policy;
-  policy.max_chunk_elements = 8 * kPack128<T>;  // 128 bytes in flight a thread (8 packs)
-  policy.max_threads = 512;
-  policy.team_lanes = 32;  // a warp's lanes a row where 8 packs each hold it
-  // Teams of up to 2 warps (4 for 16-bit) share 256-thread blocks, several rows a block.
-  policy.shared_block_lanes = k16Bit ? 128 : 64;
-  policy.small_grid_lanes = k16Bit ? 64 : 128;  // the fastest on grids too few to fill the SMs
-  // 16-bit rows on quiet grids take twice the lanes rather than 8 packs a
-  // thread: ptxas issues the last two packs' loads of 8 only after the first
-  // pack's adds.
-  policy.quiet_grid_max_chunk = k16Bit ? 7 : 0;
-  return policy;
-}();
 
 // Blocks an SM that a kernel's registers must leave room for. Left to
 // choose, ptxas kept a chunk in fewer registers by issuing its loads in

@@ -23,32 +23,10 @@
 #include <cstdint>
 
 #include "../common/row_launch.cuh"
+#include "softmax_policy.h"
 
 namespace jax_camp::softmax {
 
-// The launch policies (RowPolicy, row_plan.h). Their chunks and block sizes
-// keep every dtype's chunks in registers (nvcc -Xptxas -v reports no spills);
-// the backward holds two chunks, y and g. docs/performance_notes.md gives the
-// measurement behind each value.
-inline constexpr RowPolicy kForwardPolicy = [] {
-  RowPolicy policy;
-  policy.max_chunk_elements = 64;      // 512 threads x 64 values hold a row of 32768
-  policy.max_threads = 512;
-  policy.team_lanes = 128;             // medium rows ran faster in 128 lanes than in 64
-  policy.cluster_block_threads = 512;  // longer rows held in clusters, read once, not streamed
-  policy.min_lanes = 4;                // rows of up to 16 packs take 4 lanes of 4 packs
-  policy.rows_block_threads = 64;      // teams up to a warp share small blocks, which overlap
-  policy.busy_grid_max_chunk = 6;      // many rows: fewer lanes, more bytes in flight each
-  return policy;
-}();
-inline constexpr RowPolicy kBackwardPolicy = [] {
-  RowPolicy policy;
-  policy.max_chunk_elements = 32;      // two chunks a thread, y's and g's
-  policy.max_threads = 512;
-  policy.team_lanes = 64;              // 128 lanes ran medium rows slower
-  policy.cluster_block_threads = 256;  // clusters of small blocks read long rows once
-  return policy;
-}();
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
 // below float32 softmax's tolerance, and it keeps 16-bit inputs memory-bound.
@@ -196,7 +174,7 @@ constexpr int kForwardMinBlocks =
 // offsets within a chunk leave room for.
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kForwardPrefetchBytes =
-    kLayout == RowLayout::kHeldInCluster && kPack > 1 ? sizeof(T) * kPack * kChunk : 0;
+    PrefetchBytesPerThread(1, sizeof(T), kPack, kChunk, kLayout);
 
 // kTeamPerRow: the launch gives every row a team of its own (see
 // SelectForwardKernel), and each team takes its one row with no loop over rows.
@@ -289,7 +267,7 @@ struct SelectForwardKernel {
 // (PrefetchSharedBytes), as the forward does.
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kBackwardPrefetchBytes =
-    kLayout == RowLayout::kHeldInCluster && kPack > 1 ? 2 * sizeof(T) * kPack * kChunk : 0;
+    PrefetchBytesPerThread(2, sizeof(T), kPack, kChunk, kLayout);
 
 // The backward's two passes over the `count` packs that the chunks hold:
 // this thread's share of sum(g * y), and dx's packs (dx at the chunks' first).
