@@ -289,7 +289,7 @@ def test_teams_within_a_block_hold_the_fewest_packs_that_hold_the_row(plan, kern
 ])
 def test_small_grids_take_more_lanes(plan, kernel, rows, cols, pack, lanes):
     """Rows too few to give each SM 128 threads get more lanes, up to one pack each and the
-    policy's kSmallGridLanes: 128, and 64 for 16-bit sums (pack 8)."""
+    policy's small_grid_lanes: 128, and 64 for 16-bit sums (pack 8)."""
     assert plan(kernel, rows, cols, pack)["lanes"] == lanes
 
 
@@ -307,7 +307,7 @@ def test_small_grids_take_more_lanes(plan, kernel, rows, cols, pack, lanes):
 ])
 def test_busy_grids_take_fewer_lanes(plan, kernel, rows, cols, pack, lanes):
     """Rows many enough to give each SM over 1024 threads halve their lanes while each thread
-    holds at most the policy's kBusyGridMaxChunk packs: 6 for the forward, none elsewhere."""
+    holds at most the policy's busy_grid_max_chunk packs: 6 for the forward, none elsewhere."""
     assert plan(kernel, rows, cols, pack)["lanes"] == lanes
 
 
@@ -335,7 +335,7 @@ def test_teams_of_warps_share_blocks_for_reduce_sum_only(plan, kernel, cols, pac
     ("reduce16", 784, 301, 1, 32),    # unaligned 16-bit rows keep 10 values a thread
 ])
 def test_quiet_grids_keep_16_bit_sums_to_7_packs_a_thread(plan, kernel, rows, cols, pack, lanes):
-    """reduce_sum's kQuietGridMaxChunk: a 16-bit grid of at most 1024 threads an SM doubles its
+    """reduce_sum's quiet_grid_max_chunk: a 16-bit grid of at most 1024 threads an SM doubles its
     rows' lanes while a thread would hold 8 16-byte packs, up to the 128 lanes that share a block."""
     assert plan(kernel, rows, cols, pack)["lanes"] == lanes
 
