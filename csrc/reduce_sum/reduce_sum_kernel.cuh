@@ -31,13 +31,14 @@ constexpr int kMinBlocks = sizeof(T) == 4 ? 1 : 2;
 // threads as a constant (TeamBlockThreads): it sums one row a team, with no
 // loop over rows and its team's geometry and reduction without branches.
 template <typename T, int kPack, int kChunk, bool kStreamed, int kLanes>
-__global__ void __launch_bounds__(kPolicy<T>.max_threads, kMinBlocks<T>)
+__global__ void __launch_bounds__(PolicyFor(sizeof(T)).max_threads, kMinBlocks<T>)
     ReduceSumKernel(const T* __restrict__ x, T* __restrict__ out, int64_t rows, int64_t cols,
                     int lanes) {
-  constexpr bool kClusters = kPolicy<T>.ClusterTeams();
-  constexpr bool kSharedBlockTeams = kPolicy<T>.SharedBlockTeams();
+  constexpr RowPolicy kPolicyOfT = PolicyFor(sizeof(T));
+  constexpr bool kClusters = kPolicyOfT.ClusterTeams();
+  constexpr bool kSharedBlockTeams = kPolicyOfT.SharedBlockTeams();
   constexpr bool kTeamPerRow = kLanes > 0;
-  constexpr unsigned kBlockThreads = kTeamPerRow ? TeamBlockThreads(kLanes, kPolicy<T>) : 0;
+  constexpr unsigned kBlockThreads = kTeamPerRow ? TeamBlockThreads(kLanes, kPolicyOfT) : 0;
   __shared__ RowScratch<float> scratch;
   RowTeam team(kTeamPerRow ? kLanes : lanes, kClusters,
                kBlockThreads);

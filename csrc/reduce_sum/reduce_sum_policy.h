@@ -26,7 +26,11 @@ constexpr RowPolicy PolicyFor(int item_bytes) {
   return policy;
 }
 
+inline constexpr RowPolicy kFloat32Policy = PolicyFor(4);
+inline constexpr RowPolicy k16BitPolicy = PolicyFor(2);
+// A reference to a plain constant, not a variable template's own object:
+// nvcc lost the latter's constness where a launcher's template took it.
 template <typename T>
-inline constexpr RowPolicy kPolicy = PolicyFor(sizeof(T));
+inline constexpr const RowPolicy& kPolicy = sizeof(T) == 4 ? kFloat32Policy : k16BitPolicy;
 
 }  // namespace jax_camp::reduce_sum
