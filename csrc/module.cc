@@ -1,11 +1,14 @@
 // The Python module `jax_camp._kernels`: registrations() returns, per XLA
 // platform name, the FFI handlers as capsules keyed by target name.
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
 
 #include <stdexcept>
 #include <string>
 
 #include "handlers.h"
+#include "reduce_sum/reduce_sum_policy.h"
+#include "softmax/softmax_policy.h"
 
 namespace nb = nanobind;
 
@@ -19,24 +22,55 @@ nb::capsule Capsule(Handler* handler) {
 }
 
 nb::dict Registrations() {
-  nb::dict cpu;
-  cpu["jax_camp_copy"] = Capsule(JaxCampCopyCpu);
-  cpu["jax_camp_vector_add"] = Capsule(JaxCampVectorAddCpu);
-  cpu["jax_camp_reduce_sum"] = Capsule(JaxCampReduceSumCpu);
-  cpu["jax_camp_softmax"] = Capsule(JaxCampSoftmaxCpu);
-  cpu["jax_camp_softmax_backward"] = Capsule(JaxCampSoftmaxBackwardCpu);
   nb::dict platforms;
+  nb::dict cpu;
+#define JAX_CAMP_OP(name)
+#define JAX_CAMP_TARGET(target, Handler) cpu["jax_camp_" #target] = Capsule(JaxCamp##Handler##Cpu);
+#include "ops.inc"
+#undef JAX_CAMP_TARGET
   platforms["cpu"] = cpu;
 #ifdef JAX_CAMP_WITH_CUDA
   nb::dict cuda;
-  cuda["jax_camp_copy"] = Capsule(JaxCampCopyCuda);
-  cuda["jax_camp_vector_add"] = Capsule(JaxCampVectorAddCuda);
-  cuda["jax_camp_reduce_sum"] = Capsule(JaxCampReduceSumCuda);
-  cuda["jax_camp_softmax"] = Capsule(JaxCampSoftmaxCuda);
-  cuda["jax_camp_softmax_backward"] = Capsule(JaxCampSoftmaxBackwardCuda);
+#define JAX_CAMP_TARGET(target, Handler) cuda["jax_camp_" #target] = Capsule(JaxCamp##Handler##Cuda);
+#include "ops.inc"
+#undef JAX_CAMP_TARGET
   platforms["CUDA"] = cuda;
 #endif
+#undef JAX_CAMP_OP
   return platforms;
+}
+
+// The plan the CUDA launcher makes for a row kernel ("softmax", "softmax_backward"
+// or "reduce_sum") over rows of `cols` elements of `item_bytes` bytes, for the
+// tests that check which shapes reach which kernel path. Host code: it needs
+// no GPU, and CPU-only builds have it too.
+nb::dict RowPlan(const std::string& kernel, int64_t rows, int64_t cols, int item_bytes,
+                 bool aligned, int architecture, int sm_count) {
+  using namespace jax_camp;
+  if (item_bytes != 2 && item_bytes != 4)
+    throw std::invalid_argument("item_bytes must be 2 or 4");
+  const int chunks = kernel == "softmax" ? 1 : kernel == "softmax_backward" ? 2 : 0;
+  if (chunks == 0 && kernel != "reduce_sum")
+    throw std::invalid_argument("no row kernel " + kernel);
+  const RowPolicy policy = kernel == "softmax"            ? softmax::kForwardPolicy
+                           : kernel == "softmax_backward" ? softmax::kBackwardPolicy
+                                                          : reduce_sum::PolicyFor(item_bytes);
+  const int pack = RowPack(item_bytes, cols, aligned);
+  const RowLaunch plan =
+      PlanRowLaunch(rows, cols / pack, policy, RowTarget{pack, architecture, sm_count});
+  const char* layouts[] = {"held", "held_in_cluster", "streamed"};
+  const int prefetch_bytes = PrefetchSharedBytes(
+      plan, softmax::PrefetchBytesPerThread(chunks, item_bytes, pack, plan.chunk, plan.layout));
+  nb::dict out;
+  out["pack"] = pack;
+  out["chunk"] = plan.chunk;
+  out["lanes"] = plan.lanes;
+  out["blocks"] = plan.blocks;
+  out["threads"] = plan.threads;
+  out["cluster"] = plan.cluster;
+  out["layout"] = layouts[static_cast<int>(plan.layout)];
+  out["prefetches"] = prefetch_bytes > 0;
+  return out;
 }
 
 }  // namespace
@@ -45,6 +79,11 @@ NB_MODULE(_kernels, m) {
   m.doc() = "jax_camp's XLA FFI handlers (host and, when built with nvcc, CUDA).";
   m.def("registrations", &Registrations,
         "Handlers by XLA platform name ('cpu', 'CUDA'), each a dict of target name to capsule.");
+  m.def("row_plan", &RowPlan, nb::arg("kernel"), nb::arg("rows"), nb::arg("cols"),
+        nb::arg("item_bytes"), nb::arg("aligned") = true, nb::arg("architecture") = 90,
+        nb::arg("sm_count") = 132,
+        "The CUDA launcher's plan for a row kernel (defaults: aligned rows, code for "
+        "compute capability 9.0, the H200's 132 SMs).");
 #ifdef JAX_CAMP_WITH_CUDA
   m.attr("built_with_cuda") = true;
   // CMake's CUDA architectures for this build ("80-real", ...), and whether

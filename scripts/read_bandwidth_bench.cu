@@ -1,7 +1,7 @@
 // Times one read of a large float32 buffer (summed, one value a block kept so
 // that no load is dead) under three access schemes, with CUDA events: the
 // HBM read ceiling that reduce_sum's large shapes are measured against
-// (docs/performance_notes.md, v23). Not part of the package: built by hand
+// (docs/performance_notes.md). Not part of the package: built by hand
 // for the GPU at hand,
 //   nvcc -std=c++17 -O3 -arch=sm_90 scripts/read_bandwidth_bench.cu -o build/read_bandwidth_bench
 // and prints microseconds per launch and TB/s for each size and scheme:
@@ -9,7 +9,7 @@
 //   stride Uk bN: N blocks looping over the buffer, k loads in flight a thread;
 //   bulk cK sS bN: N blocks, each streaming its share through S stages of
 //                  K-KiB bulk copies (the TMA engine) into shared memory.
-// A launch's time includes the gap to the next one (about 1 us on the H200).
+// A launch's time includes the gap to the next one.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>

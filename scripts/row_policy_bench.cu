@@ -18,26 +18,27 @@
 namespace jax_camp {
 namespace {
 
-template <typename T, typename Policy, typename Select, typename... Args>
+template <typename T, const RowPolicy& kPolicy, typename Select, typename... Args>
 void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select select,
               Args... args) {
   constexpr int kPack = kPack128<T>;
   int sm_count = 0;
   BENCH_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
   const int64_t num_packs = cols / kPack;
-  const RowLimits limits = LimitsOf<Policy>(kPack, clusters ? kHopperArchitecture : 80);
-  int lanes = PlanRowLaunch(rows, num_packs, limits, sm_count).lanes;
+  const RowTarget target{kPack, clusters ? kHopperArchitecture : 80, sm_count};
+  int lanes = PlanRowLaunch(rows, num_packs, kPolicy, target).lanes;
   lanes = lanes_scale > 0 ? lanes * lanes_scale : lanes / -lanes_scale;
-  const int max_lanes = Policy::kMaxThreads * (limits.cluster_threads > 0 ? kMaxClusterBlocks : 1);
+  const int max_lanes =
+      kPolicy.max_threads * (ClusterThreads(kPolicy, target) > 0 ? kMaxClusterBlocks : 1);
   const bool in_range = lanes >= 1 && lanes <= max_lanes;
   const RowLaunch plan =
-      in_range ? PlanRowLaunchWithLanes(rows, num_packs, lanes, limits, sm_count) : RowLaunch{};
+      in_range ? PlanRowLaunchWithLanes(rows, num_packs, lanes, kPolicy, target) : RowLaunch{};
   // Only the policy's own plan may stream: a neighbour that cannot hold the row is no neighbour.
   if (!in_range || (lanes_scale != 1 && plan.layout == RowLayout::kStreamed)) {
     std::printf(" %21s", "-");
     return;
   }
-  auto launch = [&] { return LaunchRowKernelAs<Policy, kPack>("bench", nullptr, plan, select, args...); };
+  auto launch = [&] { return LaunchRowKernelAs<kPolicy, kPack>("bench", nullptr, plan, select, args...); };
   for (int i = 0; i < 3; ++i) {
     if (ffi::Error error = launch(); error.failure()) {
       std::printf(" %21s", "no kernel");
@@ -61,7 +62,7 @@ void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select
 
 // One line of the table: the kernel under half the policy's lanes, the
 // policy's plan, twice its lanes, and the policy's plan without clusters.
-template <typename T, typename Policy, typename Select, typename... Args>
+template <typename T, const RowPolicy& kPolicy, typename Select, typename... Args>
 void TimeRow(const char* kernel, const char* dtype, int64_t rows, int64_t cols, Select select,
              Args... args) {
   std::printf("%-8s %-8s %6lldx%-6lld", kernel, dtype, (long long)rows, (long long)cols);
@@ -70,7 +71,7 @@ void TimeRow(const char* kernel, const char* dtype, int64_t rows, int64_t cols, 
     bool clusters;
   } plans[] = {{-2, true}, {1, true}, {2, true}, {1, false}};
   for (const auto& plan : plans)
-    TimePlan<T, Policy>(plan.lanes_scale, plan.clusters, rows, cols, select, args...);
+    TimePlan<T, kPolicy>(plan.lanes_scale, plan.clusters, rows, cols, select, args...);
   std::printf("\n");
 }
 
@@ -85,14 +86,14 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   BENCH_CHECK(cudaMalloc(&g, bytes));
   BENCH_CHECK(cudaMemset(x, 0x3c, bytes));  // finite values, not zeros
   BENCH_CHECK(cudaMemset(g, 0x3c, bytes));
-  TimeRow<T, softmax::ForwardPolicy>(
+  TimeRow<T, softmax::kForwardPolicy>(
       "forward", dtype, rows, cols,
       softmax::SelectForwardKernel<T>{}, (const T*)x, y, rows, cols, RowCounter{row_counter});
-  TimeRow<T, softmax::BackwardPolicy>(
+  TimeRow<T, softmax::kBackwardPolicy>(
       "backward", dtype, rows, cols,
       softmax::SelectBackwardKernel<T>{},
       (const T*)y, (const T*)g, x, rows, cols);
-  TimeRow<T, reduce_sum::Policy<T>>(
+  TimeRow<T, reduce_sum::kPolicy<T>>(
       "reduce", dtype, rows, cols,
       reduce_sum::SelectReduceSumKernel<T>{},
       (const T*)x, y, rows, cols);

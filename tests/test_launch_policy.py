@@ -1,4 +1,4 @@
-"""The row kernels' launch plans (csrc/common/row_team.cuh), checked without a GPU.
+"""The row kernels' launch plans (csrc/common/row_plan.h), checked without a GPU.
 
 The plans are host code: a small driver built with nvcc prints the plan that
 PlanRowLaunch makes for a shape, and the tests hold it to what the softmax and
@@ -32,9 +32,8 @@ DRIVER = r"""
 using namespace jax_camp;
 
 // A plan for kernels compiled for `architecture` (compute capability x 10) on 132 SMs.
-template <typename Policy>
-RowLaunch Plan(long rows, long cols, int pack, int architecture) {
-  return PlanRowLaunch(rows, cols / pack, LimitsOf<Policy>(pack, architecture), 132);
+RowLaunch Plan(const RowPolicy& policy, long rows, long cols, int pack, int architecture) {
+  return PlanRowLaunch(rows, cols / pack, policy, RowTarget{pack, architecture, 132});
 }
 
 __global__ void NoKernel(int) {}
@@ -44,7 +43,7 @@ __global__ void NoKernel(int) {}
 // held rows, whose blocks would each reduce their own part of the row.
 int Refuse() {
   const RowLaunch plan = {8, 8192, 16, 512, 16, RowLayout::kHeldInCluster};
-  const ffi::Error error = LaunchRowKernelAs<softmax::ForwardPolicy, 4>(
+  const ffi::Error error = LaunchRowKernelAs<softmax::kForwardPolicy, 4>(
       "launching", nullptr, plan, [](auto, auto, auto, const RowLaunch&) { return NoKernel; });
   printf("%s\n", error.failure() ? error.message().c_str() : "launched");
   return 0;
@@ -72,11 +71,10 @@ int Prefetch() {
 }
 
 // A plan of `chunk` packs a thread in `lanes` lanes for 1000 rows, in the
-// blocks `Policy` gives such teams, on a grid with a team for each row or,
+// blocks `policy` gives such teams, on a grid with a team for each row or,
 // `capped`, for half of them.
-template <typename Policy>
-RowLaunch ThousandRowPlan(int chunk, int lanes, RowLayout layout, bool capped) {
-  const int threads = std::max(lanes, TeamBlockThreads<Policy>(lanes));
+RowLaunch ThousandRowPlan(const RowPolicy& policy, int chunk, int lanes, RowLayout layout, bool capped) {
+  const int threads = std::max(lanes, TeamBlockThreads(lanes, policy));
   const int teams_a_block = threads / lanes;
   const int blocks = (capped ? 500 : 1000 + teams_a_block - 1) / teams_a_block;
   return {chunk, lanes, blocks, threads, 1, layout, 1000};
@@ -88,7 +86,7 @@ RowLaunch ThousandRowPlan(int chunk, int lanes, RowLayout layout, bool capped) {
 template <int kPack, bool kStreamed>
 int CompiledLanes(int lanes, bool capped) {
   constexpr RowLayout kLayout = kStreamed ? RowLayout::kStreamed : RowLayout::kHeld;
-  const RowLaunch plan = ThousandRowPlan<reduce_sum::Policy<float>>(8, lanes, kLayout, capped);
+  const RowLaunch plan = ThousandRowPlan(reduce_sum::kPolicy<float>, 8, lanes, kLayout, capped);
   const auto kernel = reduce_sum::SelectReduceSumKernel<float>{}(
       IntTag<kPack>{}, IntTag<8>{}, RowLayoutTag<kLayout>{}, plan);
   int compiled_for = -1;
@@ -107,7 +105,7 @@ int CompiledLanes(int lanes, bool capped) {
 // for 1000 rows on a grid with a team for each or, `capped`, for half.
 template <RowLayout kLayout>
 int ForwardTeamPerRow(int lanes, bool capped) {
-  const RowLaunch plan = ThousandRowPlan<softmax::ForwardPolicy>(4, lanes, kLayout, capped);
+  const RowLaunch plan = ThousandRowPlan(softmax::kForwardPolicy, 4, lanes, kLayout, capped);
   const auto kernel = softmax::SelectForwardKernel<float>{}(
       IntTag<4>{}, IntTag<4>{}, RowLayoutTag<kLayout>{}, plan);
   printf("%d\n", kernel.function == softmax::SoftmaxForwardKernel<float, 4, 4, kLayout, true>);
@@ -118,9 +116,8 @@ int ForwardTeamPerRow(int lanes, bool capped) {
 // kernel, compiled for those lanes, takes as a constant.
 template <typename T>
 int TeamBlock(long rows, long cols) {
-  using Policy = reduce_sum::Policy<T>;
-  const RowLaunch plan = Plan<Policy>(rows, cols, kPack128<T>, 90);
-  printf("%d %d %d\n", plan.lanes, plan.threads, TeamBlockThreads<Policy>(plan.lanes));
+  const RowLaunch plan = Plan(reduce_sum::kPolicy<T>, rows, cols, kPack128<T>, 90);
+  printf("%d %d %d\n", plan.lanes, plan.threads, TeamBlockThreads(plan.lanes, reduce_sum::kPolicy<T>));
   return 0;
 }
 
@@ -151,13 +148,13 @@ int main(int argc, char** argv) {
   const int pack = atoi(argv[4]);
   const int architecture = atoi(argv[5]);
   const RowLaunch plan =
-      !strcmp(kernel, "forward")    ? Plan<softmax::ForwardPolicy>(rows, cols, pack, architecture)
-      : !strcmp(kernel, "backward") ? Plan<softmax::BackwardPolicy>(rows, cols, pack, architecture)
+      !strcmp(kernel, "forward")    ? Plan(softmax::kForwardPolicy, rows, cols, pack, architecture)
+      : !strcmp(kernel, "backward") ? Plan(softmax::kBackwardPolicy, rows, cols, pack, architecture)
       // reduce_sum's policy is in bytes: float32 for packs of 4 (and unaligned rows), else bfloat16
       // "reduce16": the 16-bit policy at any pack, unaligned rows' 1 too
       : pack == 8 || !strcmp(kernel, "reduce16")
-          ? Plan<reduce_sum::Policy<__nv_bfloat16>>(rows, cols, pack, architecture)
-                  : Plan<reduce_sum::Policy<float>>(rows, cols, pack, architecture);
+          ? Plan(reduce_sum::kPolicy<__nv_bfloat16>, rows, cols, pack, architecture)
+                  : Plan(reduce_sum::kPolicy<float>, rows, cols, pack, architecture);
   printf("%d %d %d %d %d %d %d\n", plan.lanes, plan.chunk, plan.threads, plan.cluster, plan.blocks,
          static_cast<int>(plan.layout), PrefetchSharedBytes(plan, 1) > 0);
 }
@@ -241,7 +238,7 @@ def _team(p: dict[str, int]) -> str:
     return f"block of {p['threads']}"
 
 
-# The threads of a block that teams share (RowPolicy::kRowsBlockThreads).
+# The threads of a block that teams share (RowPolicy::rows_block_threads).
 ROWS_BLOCK_THREADS = {"forward": 64, "backward": 256, "reduce": 256}
 
 
@@ -292,7 +289,7 @@ def test_teams_within_a_block_hold_the_fewest_packs_that_hold_the_row(plan, kern
 ])
 def test_small_grids_take_more_lanes(plan, kernel, rows, cols, pack, lanes):
     """Rows too few to give each SM 128 threads get more lanes, up to one pack each and the
-    policy's kSmallGridLanes: 128, and 64 for 16-bit sums (pack 8)."""
+    policy's small_grid_lanes: 128, and 64 for 16-bit sums (pack 8)."""
     assert plan(kernel, rows, cols, pack)["lanes"] == lanes
 
 
@@ -310,7 +307,7 @@ def test_small_grids_take_more_lanes(plan, kernel, rows, cols, pack, lanes):
 ])
 def test_busy_grids_take_fewer_lanes(plan, kernel, rows, cols, pack, lanes):
     """Rows many enough to give each SM over 1024 threads halve their lanes while each thread
-    holds at most the policy's kBusyGridMaxChunk packs: 6 for the forward, none elsewhere."""
+    holds at most the policy's busy_grid_max_chunk packs: 6 for the forward, none elsewhere."""
     assert plan(kernel, rows, cols, pack)["lanes"] == lanes
 
 
@@ -320,7 +317,7 @@ def test_busy_grids_take_fewer_lanes(plan, kernel, rows, cols, pack, lanes):
     ("forward", 1024, 4, False), ("backward", 1024, 4, False),  # 64: only warps share for softmax
 ])
 def test_teams_of_warps_share_blocks_for_reduce_sum_only(plan, kernel, cols, pack, shared):
-    """RowPolicy::kSharedBlockLanes: reduce_sum's 64-lane teams take 4 rows a 256-thread block, and
+    """RowPolicy::shared_block_lanes: reduce_sum's 64-lane teams take 4 rows a 256-thread block, and
     its 16-bit 128-lane teams 2; wider teams, and softmax's teams past a warp, take a block each."""
     p = plan(kernel, 65536, cols, pack)
     assert p["lanes"] > 32 and (p["threads"] == 256 and p["lanes"] < 256) == shared
@@ -338,7 +335,7 @@ def test_teams_of_warps_share_blocks_for_reduce_sum_only(plan, kernel, cols, pac
     ("reduce16", 784, 301, 1, 32),    # unaligned 16-bit rows keep 10 values a thread
 ])
 def test_quiet_grids_keep_16_bit_sums_to_7_packs_a_thread(plan, kernel, rows, cols, pack, lanes):
-    """reduce_sum's kQuietGridMaxChunk: a 16-bit grid of at most 1024 threads an SM doubles its
+    """reduce_sum's quiet_grid_max_chunk: a 16-bit grid of at most 1024 threads an SM doubles its
     rows' lanes while a thread would hold 8 16-byte packs, up to the 128 lanes that share a block."""
     assert plan(kernel, rows, cols, pack)["lanes"] == lanes
 
@@ -461,9 +458,8 @@ def test_softmax_kernels_prefetch_16_byte_packs_only(plan):
 ])
 def test_plans_prefetch_in_clusters_of_8_or_more_large_blocks(plan, kernel, cols, pack, prefetches):
     """The launcher's rule (PrefetchSharedBytes): clusters of kMinPrefetchClusterBlocks or more, of
-    blocks of kMinPrefetchBlockThreads or more (float32 1024x262144 forward: 570 against 618 us;
-    the backward in clusters of 256-thread blocks ran 2% slower prefetching). tests/test_softmax.py
-    has shapes that reach these plans."""
+    blocks of kMinPrefetchBlockThreads or more (the backward's clusters of 256-thread blocks ran
+    slower prefetching). tests/test_softmax.py has shapes that reach these plans."""
     p = plan(kernel, 3, cols, pack)
     assert p["prefetches"] == prefetches  # where the kernel has bytes to prefetch
     assert not prefetches or (p["cluster"] >= 8 and p["threads"] == 512)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
@@ -11,43 +12,48 @@ import pytest
 from jax.test_util import check_grads
 
 import jax_camp
+from jax_camp import _kernels
 from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_reference
 
-# The camp's shapes, unaligned and odd sizes, one column, rows longer than a
-# warp team takes (1024), more rows than a grid-stride loop's first sweep
-# covers. On the GPU they reach every chunk size the launch policy picks
-# (1-16 packs a thread, 16-byte or scalar) and every kind of team: warp
-# lanes, a block, clusters of 2 to 16 blocks (Hopper), and one block
-# streaming rows too long for those (in 16-byte packs, past 524288 values
-# forward, 262144 backward), for float32 and 16-bit types. E.g. float32
-# forward: 8 columns take one pack a thread, 3000 and 5000 columns 8 and 16 in
-# a block, 40_000 a cluster of 2 512-thread blocks, 300_000 of 16, 600_000
-# are streamed; float32 backward: 12_000 columns take a cluster of 2
-# 256-thread blocks, 20_000 of 4, 40_000 of 8, 65_544 of 16, 200_000 16
-# blocks of 512, 300_000 are streamed. Unaligned rows (1-element packs):
-# 40_001 and 70_001 columns take clusters forward, 70_001 is streamed
-# backward, and test_long_rows streams a million forward. Clusters of 8 or
-# more 512-thread blocks prefetch each next row while they work on one (the
-# forward from 150_000 columns, the backward's 200_000 and 150_000): 40 rows
-# of 150_000 and 24 of 300_000 give each resident cluster several (with more
-# than 16 each, the forward's clusters claim their rows from a counter:
-# test_rows_claimed_by_clusters). Grids of
-# few rows take more lanes a row than many rows of the same length
-# (PlanRowLaunch), so short rows come both ways: a few (warp lanes grown to a
-# block) and 1024-4096 of them (the policy's own warp lanes and chunks).
-# Grids of many rows take fewer lanes a row, and more packs a thread, than
-# the row length alone gives (the forward's: 4096 rows of 1536, 6 packs).
-# 600_000 rows of 5 are more than a grid's teams (8 waves of resident blocks),
-# which then take their rows in turn.
+# The camp's shapes, unaligned and odd sizes, one column, grids of few rows
+# and of many; on the GPU they reach every path of the CUDA kernels that the
+# launch planner can plan (test_shapes_reach_every_kernel_path says which).
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,), (5, 8),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
     (3, 5, 64), (70000, 3), (4, 3000), (3, 5000), (3, 12_000), (3, 20_000),
     (3, 40_000), (3, 40_001), (2, 65_544), (2, 200_000), (2, 300_000), (2, 600_000),
-    (2, 70_001), (40, 150_000), (24, 300_000),
+    (2, 70_001), (3, 3001), (3, 9001), (3, 17_001), (40, 150_000), (24, 300_000),
     (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (4096, 1536),
     (600_000, 5),
 ]
+# Unaligned rows longer than a cluster holds, streamed in scalars (test_long_rows).
+LONG_ROWS = (2, 1_000_003)
+
+
+def _kernel_path(plan: dict) -> tuple[str, bool, bool]:
+    """A plan's kernel path: its team (warp lanes, a block, a cluster of n blocks, or a
+    block streaming the row), whether it moves 16-byte packs, and whether it prefetches."""
+    team = {"streamed": "streamed", "held_in_cluster": f"cluster of {plan['cluster']}"}.get(
+        plan["layout"], "warp lanes" if plan["lanes"] <= 32 else "block")
+    return team, plan["pack"] > 1, plan["prefetches"]
+
+
+def _paths(kernel: str, item_bytes: int, shapes) -> set[tuple[str, bool, bool]]:
+    return {_kernel_path(_kernels.row_plan(kernel, math.prod(s[:-1]), s[-1], item_bytes))
+            for s in shapes}
+
+
+@pytest.mark.parametrize("kernel", ["softmax", "softmax_backward"])
+@pytest.mark.parametrize("item_bytes", [4, 2])
+def test_shapes_reach_every_kernel_path(kernel, item_bytes):
+    """Every path the CUDA launcher can plan for a row kernel on the H200 (a sweep of row
+    lengths and counts through its planner) is reached by SHAPES or test_long_rows' shape,
+    so that the GPU runs of these tests run each one. Host code: it runs everywhere."""
+    sweep = [(rows, cols) for rows in (1, 3, 24, 4096)
+             for k in range(21) for cols in (2 ** k, 2 ** k + 1, 3 * 2 ** k)]
+    missed = _paths(kernel, item_bytes, sweep) - _paths(kernel, item_bytes, SHAPES + [LONG_ROWS])
+    assert not missed, f"no test shape reaches {sorted(missed)}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -61,7 +67,7 @@ def test_matches_reference(shape, dtype, backend):
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_long_rows(dtype, backend):
-    x = random_normal((2, 1_000_003), dtype)
+    x = random_normal(LONG_ROWS, dtype)
     assert_close(jax_camp.softmax(x, backend=backend), softmax_reference(x), dtype)
 
 
@@ -70,7 +76,7 @@ def test_rows_claimed_by_clusters(dtype, backend):
     """Rows that the forward's clusters claim from a counter as they free up.
 
     They claim where each resident cluster would take more than 16 rows
-    (row_team.cuh, kMinRowsPerClaimingCluster); on the H200, 16 clusters
+    (row_plan.h, kMinRowsPerClaimingCluster); on the H200, 16 clusters
     of 131_080 float32 values a row are resident, 30 of 16-bit ones. A row
     that no cluster claimed, or that one took past the end, fails here.
     """

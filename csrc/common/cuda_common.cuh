@@ -244,13 +244,6 @@ inline ffi::ErrorOr<int> SmCount() {
   return CachedDeviceAttribute<cudaDevAttrMultiProcessorCount>();
 }
 
-// Compute capabilities are written major * 10 + minor, as __CUDA_ARCH__ / 10.
-// Hopper (9.0) brought thread-block clusters, distributed shared memory and
-// the bulk copies of its TMA engine.
-constexpr int kHopperArchitecture = 90;
-
-inline bool HasClusters(int architecture) { return architecture >= kHopperArchitecture; }
-
 // Internal to each file that includes this header, so that each file asks
 // about its own code.
 namespace {
@@ -299,7 +292,7 @@ ffi::ErrorOr<int> TileBlocks(int64_t count, int threads, const char* what) {
 // kUnroll, and each thread loads its kUnroll items (a block-width apart, so
 // every load instruction is coalesced) before it stores any. One tile a block
 // rather than a grid-stride loop: the loop's trip count cost each thread a
-// 64-bit division, and copy 0.5% at 512 MiB on the H200.
+// 64-bit division.
 template <int kUnroll, typename Load, typename Store>
 __device__ __forceinline__ void ForBlockTile(int64_t count, Load load, Store store) {
   const int64_t start = int64_t{blockIdx.x} * blockDim.x * kUnroll + threadIdx.x;

@@ -9,10 +9,8 @@
 
 namespace jax_camp::copy {
 
-// One 16-byte pack a thread a tile, a block a tile: on the H200 four packs
-// ran 3-5% slower than two (registers cost blocks an SM), and one ran 0-4%
-// faster than two at 268 MB and more (benchmarks/results/
-// 2026-11-29-h200-v3b-elementwise.txt, -v4b-copy.txt).
+// One 16-byte pack a thread a tile, a block a tile: four packs ran slower
+// than two (registers cost blocks an SM), and one no slower than two.
 constexpr int kUnroll = 1;
 
 template <typename T, int kPack>

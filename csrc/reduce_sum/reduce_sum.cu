@@ -1,5 +1,5 @@
 // reduce_sum on the GPU over the last dim: launch policy and XLA FFI handler.
-#include "../common/row_team.cuh"
+#include "../common/row_launch.cuh"
 #include "../handlers.h"
 #include "reduce_sum_kernel.cuh"
 
@@ -19,7 +19,7 @@ ffi::Error ReduceSumCuda(cudaStream_t stream, ffi::AnyBuffer x,
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.untyped_data());
     T* sums = static_cast<T*>(out->untyped_data());
-    return LaunchRowKernel<T, Policy<T>>(
+    return LaunchRowKernel<T, kPolicy<T>>(
         "launching reduce_sum", stream, rows, cols, IsAligned(in, 16),
         SelectReduceSumKernel<T>{}, in, sums, rows, cols);
   });

@@ -1,5 +1,5 @@
 // softmax and its backward on the GPU: launch policy and XLA FFI handlers.
-#include "../common/row_team.cuh"
+#include "../common/row_launch.cuh"
 #include "../handlers.h"
 #include "softmax_kernel.cuh"
 
@@ -22,7 +22,7 @@ ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.untyped_data());
     T* out = static_cast<T*>(y->untyped_data());
-    return LaunchRowKernel<T, ForwardPolicy>(
+    return LaunchRowKernel<T, kForwardPolicy>(
         "launching softmax", stream, rows, cols, IsAligned(in, 16) && IsAligned(out, 16),
         SelectForwardKernel<T>{}, in, out, rows, cols, RowCounter{row_counter->typed_data()});
   });
@@ -42,7 +42,7 @@ ffi::Error SoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBu
     const T* g_data = static_cast<const T*>(g.untyped_data());
     T* dx_data = static_cast<T*>(dx->untyped_data());
     const bool aligned = IsAligned(y_data, 16) && IsAligned(g_data, 16) && IsAligned(dx_data, 16);
-    return LaunchRowKernel<T, BackwardPolicy>(
+    return LaunchRowKernel<T, kBackwardPolicy>(
         "launching softmax_backward", stream, rows, cols, aligned,
         SelectBackwardKernel<T>{},
         y_data, g_data, dx_data, rows, cols);

@@ -22,32 +22,11 @@
 
 #include <cstdint>
 
-#include "../common/row_team.cuh"
+#include "../common/row_launch.cuh"
+#include "softmax_policy.h"
 
 namespace jax_camp::softmax {
 
-// Launch policies (see PlanRowLaunch). Chunk sizes and block limits keep
-// every dtype's chunks in registers (nvcc -Xptxas -v reports no spills):
-// 512 threads x 64 values hold a row of 32768. The backward holds two chunks,
-// y and g.
-// kTeamLanes from scripts/row_policy_bench.cu on the H200: the forward ran
-// 1280- and 1536-column float32 rows 5-10% faster with 128 lanes than with
-// 64; the backward ran 1280 columns 40% slower.
-// Rows longer than a block holds go to clusters of blocks (docs/
-// performance_notes.md, v4 and v5). The backward's, of 256 threads: 4096x32768
-// float32 then ran at 98% of the copy ceiling, read once, where one block
-// streamed it. The forward's, of 512 threads: float32 1024x262144 in 670 us
-// (8 blocks) against 791 streamed, bfloat16 in 359 against 417. The forward
-// gives rows of up to 16 packs 4 lanes (see RowLanes), and its teams of up to
-// a warp share blocks of 64 threads, not 256: in CUDA graphs float32
-// 262144x128 66.1 -> 65.1 us, 131072x512 129.8 -> 128.6, bfloat16 65536x1024
-// 66.0 -> 65.2, 262144x128 34.3 -> 34.0; blocks of 128 ran as 256, and the
-// backward and reduce_sum gained nothing from either
-// (benchmarks/results/2026-11-30-h200-v15-probes.txt, probe 7). On grids of
-// many rows it halves a row's lanes while each thread holds at most 6 packs
-// (see PlanRowLaunch); the backward and reduce_sum were not measured so.
-using ForwardPolicy = RowPolicy<64, 512, 128, 512, 4, 32, 64, 128, 6>;
-using BackwardPolicy = RowPolicy<32, 512, 64, 256>;
 
 // exp(v) as one multiply and the hardware's exp2: the error this adds is
 // below float32 softmax's tolerance, and it keeps 16-bit inputs memory-bound.
@@ -176,9 +155,8 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
 
 // Blocks an SM that a forward kernel's registers must leave room for. A
 // block that holds its rows loads, reduces and stores in turn; a second block
-// an SM overlaps one's stores with the other's loads: bfloat16 4096x32768
-// (64 values, 128 bytes a thread) ran 185 us in one 96-register block an SM
-// and 135 us in two of 64 (docs/performance_notes.md, v5). Larger chunks need
+// an SM overlaps one's stores with the other's loads, which paid more than
+// the registers a single block could have. Larger chunks need
 // more than 64 registers, and so did the cluster reduction beside a scalar
 // chunk (it spilled); there, and for streamed rows, ptxas takes what it needs.
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
@@ -191,19 +169,17 @@ constexpr int kForwardMinBlocks =
 // Shared memory a thread (0: none) that a forward kernel prefetches its
 // team's next row into while it works on the row it holds (NextRow), where
 // the launcher lets it (PrefetchSharedBytes): otherwise, between a row's
-// last load and its first store, an SM would have nothing to load. At
-// 1024x262144, float32 ran 570 us prefetching by bulk copies (618 by
-// per-thread cp.async, 634 not prefetching); bfloat16 287 against 323, once
-// 32-bit offsets in a chunk let its kernel prefetch within the 64 registers
-// of two blocks an SM without spilling (docs/performance_notes.md, v8, v9).
+// last load and its first store, an SM would have nothing to load. 16-bit
+// kernels prefetch within the 64 registers of two blocks an SM, which 32-bit
+// offsets within a chunk leave room for.
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kForwardPrefetchBytes =
-    kLayout == RowLayout::kHeldInCluster && kPack > 1 ? sizeof(T) * kPack * kChunk : 0;
+    PrefetchBytesPerThread(1, sizeof(T), kPack, kChunk, kLayout);
 
 // kTeamPerRow: the launch gives every row a team of its own (see
 // SelectForwardKernel), and each team takes its one row with no loop over rows.
 template <typename T, int kPack, int kChunk, RowLayout kLayout, bool kTeamPerRow>
-__global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
+__global__ void __launch_bounds__(kForwardPolicy.max_threads,
                                   kForwardMinBlocks<T, kPack, kChunk, kLayout>)
     SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
                          RowCounter row_counter, int lanes) {
@@ -212,7 +188,8 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
   __shared__ RowScratch<MaxSum> scratch;
   // The policy's, not the layout's: told that its teams are never clusters,
   // ptxas spilled the unaligned bfloat16 kernel of 16 packs a thread.
-  RowTeam team(lanes, ForwardPolicy::kClusters);
+  constexpr bool kPolicyClusters = kForwardPolicy.ClusterTeams();
+  RowTeam team(lanes, kPolicyClusters);
   // Only a prefetching kernel claims rows (the launcher gives the others none).
   __shared__ ClaimSlot claim_slot;
   ClaimedRows claimed_rows(kPrefetches ? row_counter : RowCounter{}, &claim_slot, team, rows);
@@ -265,14 +242,9 @@ __global__ void __launch_bounds__(ForwardPolicy::kMaxThreads,
 // memory it prefetches into (see LaunchRowKernelAs): the handler and
 // scripts/row_policy_bench.cu launch the same kernels. Rows held by a warp
 // or more take a kernel with no loop over rows where the grid has a team for
-// every row, as reduce_sum's: with rotating inputs in CUDA graphs, 0.3-1.8%
-// shorter at the camp's shapes (float32 1008x2304 6.615 -> 6.514 us, bfloat16
-// 784x3840 5.269 -> 5.214; one of two runs of float32 1008x1280 0.2% longer),
-// the large shapes within 0.16%. Teams of fewer
-// lanes, sharing a 64-thread block with other rows (262144x128), ran 0.1-0.6%
-// longer so, and keep the loop (benchmarks/results/2026-11-30-h200-v22-probes.txt).
-// The backward's lost up to 1.5% at the camp's shapes (-v21-probes.txt,
-// probe 4), and keeps its loop.
+// every row, as reduce_sum's, which the medium shapes ran shorter; teams of
+// fewer lanes, sharing a block with other rows, ran longer so and keep the
+// loop, as does the backward, which lost with it.
 template <typename T>
 struct SelectForwardKernel {
   template <typename Pack, typename Chunk, typename Layout>
@@ -292,11 +264,10 @@ struct SelectForwardKernel {
 
 // Shared memory a thread that a backward kernel prefetches its team's next
 // y and g rows into (NextRow; 0: none), where the launcher lets it
-// (PrefetchSharedBytes): float32 1024x262144 ran 813 us prefetching, 843
-// not; 40x150000 26 against 37.
+// (PrefetchSharedBytes), as the forward does.
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kBackwardPrefetchBytes =
-    kLayout == RowLayout::kHeldInCluster && kPack > 1 ? 2 * sizeof(T) * kPack * kChunk : 0;
+    PrefetchBytesPerThread(2, sizeof(T), kPack, kChunk, kLayout);
 
 // The backward's two passes over the `count` packs that the chunks hold:
 // this thread's share of sum(g * y), and dx's packs (dx at the chunks' first).
@@ -323,10 +294,10 @@ __device__ __forceinline__ void StoreGrad(const RowChunk<T, kPack, kChunk>& y_ch
 }
 
 template <typename T, int kPack, int kChunk, RowLayout kLayout>
-__global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
+__global__ void __launch_bounds__(kBackwardPolicy.max_threads)
     SoftmaxBackwardKernel(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
                           int64_t rows, int64_t cols, int lanes) {
-  constexpr bool kClusters = BackwardPolicy::kClusters;
+  constexpr bool kClusters = kBackwardPolicy.ClusterTeams();
   __shared__ RowScratch<float> scratch;
   RowTeam team(lanes, kClusters);
   team.Begin<kClusters>(scratch);
@@ -366,10 +337,8 @@ __global__ void __launch_bounds__(BackwardPolicy::kMaxThreads)
   const int chunk_packs = lanes * kChunk;
   const bool row_in_registers = num_packs <= chunk_packs;
   // Its own loop over groups, not RowTeam::ForEachGroup<false>: through the
-  // helper's lambda, ptxas gave 43 of the 52 backward kernels other register
-  // counts, and the backward ran up to 2.4% slower at bfloat16 262144x128,
-  // 144x1280 and 784x3840, up to 2% faster at 1008x1280 and 1008x2304
-  // (benchmarks/results/2026-11-30-h200-v25-probes.txt, call 1).
+  // helper's lambda, ptxas allocated most backward kernels' registers
+  // otherwise, and some small shapes ran slower.
   for (int64_t group = team.first_row; group < rows; group += team.row_stride) {
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;

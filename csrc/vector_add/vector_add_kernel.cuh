@@ -9,11 +9,8 @@
 
 namespace jax_camp::vector_add {
 
-// One 16-byte pack a thread a tile, as copy: against two, on the H200 in
-// CUDA graphs, float32 2^26 elements 185.6 -> 184.6 us, 2^28 738.6 -> 735.0,
-// bfloat16 2^26 93.7 -> 92.9, 4080x1536 5.1 -> 4.1
-// (benchmarks/results/2026-11-30-h200-v16-probes.txt, probes 3 and 4). Four
-// took 48-64 registers a thread and ran 3-5% slower (-v3b-elementwise.txt).
+// One 16-byte pack a thread a tile, as copy: it ran at least as fast as two
+// everywhere, and four took registers that cost blocks an SM.
 constexpr int kUnroll = 1;
 
 // The sum of the kPack values at a and at b, in float32, rounded once.

@@ -1,0 +1,199 @@
+// Launching a row kernel under its plan (row_plan.h): the kernel instance for
+// the plan's pack, chunk and layout, its cluster attributes, the dynamic shared
+// memory it prefetches into, and the row counter it claims rows from.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "cuda_common.cuh"
+#include "row_plan.h"
+#include "row_prefetch.cuh"
+
+namespace jax_camp {
+
+// f(IntTag<chunk>{}), for 1 <= chunk <= kMaxChunk.
+template <int kMaxChunk, typename F>
+ffi::Error DispatchChunk(int chunk, F f) {
+  if constexpr (kMaxChunk > 1) {
+    if (chunk < kMaxChunk) return DispatchChunk<kMaxChunk - 1>(chunk, f);
+  }
+  return f(IntTag<kMaxChunk>{});
+}
+
+// A row kernel, and the shared memory a thread that it prefetches its team's
+// next row into (NextRow); 0 for none.
+template <typename... Params>
+struct RowKernel {
+  void (*function)(Params...);
+  int prefetch_bytes_per_thread;
+};
+template <typename... Params>
+RowKernel(void (*)(Params...), int) -> RowKernel<Params...>;
+
+// The launch of `plan` on `stream` with `shared_bytes` of dynamic shared
+// memory, in clusters of plan.cluster blocks where that is more than one;
+// `cluster_dims` holds that attribute, and must outlive the configuration.
+inline cudaLaunchConfig_t RowLaunchConfig(const RowLaunch& plan, int shared_bytes,
+                                          cudaStream_t stream,
+                                          cudaLaunchAttribute& cluster_dims) {
+  cluster_dims = {};
+  cluster_dims.id = cudaLaunchAttributeClusterDimension;
+  cluster_dims.val.clusterDim = {static_cast<unsigned>(plan.cluster), 1, 1};
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(plan.blocks);
+  config.blockDim = dim3(plan.threads);
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  config.attrs = &cluster_dims;
+  config.numAttrs = plan.cluster > 1 ? 1 : 0;
+  return config;
+}
+
+// Readies `kernel` for `plan`'s clusters where they need it, past 8 blocks
+// or with `prefetch_bytes` of shared memory to prefetch into: each a function
+// attribute that a launch or an occupancy query needs set first. Sets them
+// and, for a kernel that prefetches (whose grid LaunchRowPlan sizes by it),
+// asks the driver how many such clusters the device holds at once (0 for
+// others), once per kernel, device and plan shape: the handlers run on XLA's
+// launch path (as CachedDeviceAttribute), and the attributes last as long as
+// the context.
+template <typename... Params>
+ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
+                                       void (*kernel)(Params...), int prefetch_bytes) {
+  int device = 0;
+  cudaError_t status = cudaGetDevice(&device);
+  if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "querying the device"));
+  using Key = std::tuple<const void*, int, int, int, int>;
+  const Key key{reinterpret_cast<const void*>(kernel), device, plan.cluster, plan.threads,
+                prefetch_bytes};
+  static std::mutex mutex;
+  static std::map<Key, int> known;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (auto found = known.find(key); found != known.end()) return found->second;
+  }
+  if (plan.cluster > kMaxPortableClusterBlocks)
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (status == cudaSuccess && prefetch_bytes > 0)
+    status = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  prefetch_bytes);
+  if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, what));
+  int clusters = 0;
+  if (prefetch_bytes > 0) {
+    cudaLaunchAttribute cluster_dims;
+    const cudaLaunchConfig_t config =
+        RowLaunchConfig(plan, prefetch_bytes, nullptr, cluster_dims);
+    status = cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+    if (status != cudaSuccess) return ffi::Unexpected(CheckCuda(status, "sizing the grid"));
+  }
+  std::lock_guard<std::mutex> lock(mutex);
+  known.emplace(key, clusters);
+  return clusters;
+}
+
+// A kernel's argument as launched: a RowCounter zeroed on the stream where the
+// kernel claims rows (see LaunchRowPlan), else null; anything else as it is.
+template <typename Arg>
+ffi::Error PrepareRowArg(Arg&, bool /*claims*/, cudaStream_t) {
+  return ffi::Error::Success();
+}
+inline ffi::Error PrepareRowArg(RowCounter& counter, bool claims, cudaStream_t stream) {
+  if (!claims) {
+    counter.claimed = nullptr;
+    return ffi::Error::Success();
+  }
+  return CheckCuda(cudaMemsetAsync(counter.claimed, 0, sizeof(unsigned), stream),
+                   "zeroing the row counter");
+}
+
+// kernel<<<plan>>>(args..., plan.lanes), in clusters of plan.cluster blocks.
+// A kernel that prefetches (PrefetchSharedBytes) gets one grid of resident
+// clusters, each taking its rows in turn, so that every row after a
+// cluster's first is loaded while the one before it is worked on. Where such
+// a grid's clusters would take more than
+// kMinRowsPerClaimingCluster rows each, a kernel given a RowCounter claims
+// them (ClaimedRows).
+template <typename... Params, typename... Args>
+ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch& plan,
+                         RowKernel<Params...> kernel, Args... args) {
+  const int prefetch_bytes = PrefetchSharedBytes(plan, kernel.prefetch_bytes_per_thread);
+  int resident_clusters = 0;
+  if (plan.cluster > kMaxPortableClusterBlocks || prefetch_bytes > 0) {
+    const auto resident = PrepareClusterKernel(what, plan, kernel.function, prefetch_bytes);
+    if (!resident.has_value()) return resident.error();
+    resident_clusters = *resident;
+  }
+  const bool claims =
+      resident_clusters > 0 &&
+      plan.rows > int64_t{kMinRowsPerClaimingCluster} * resident_clusters;
+  ffi::Error prepared;
+  (void)((prepared = PrepareRowArg(args, claims, stream)).success() && ...);  // to a failure
+  if (prepared.failure()) return prepared;
+  cudaLaunchAttribute cluster_dims;
+  cudaLaunchConfig_t config = RowLaunchConfig(plan, prefetch_bytes, stream, cluster_dims);
+  if (resident_clusters > 0)  // a prefetching kernel's
+    config.gridDim.x = std::min(plan.blocks, resident_clusters * plan.cluster);
+  return CheckCuda(cudaLaunchKernelEx(&config, kernel.function, args..., plan.lanes), what);
+}
+
+template <typename... Params, typename... Args>
+ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch& plan,
+                         void (*kernel)(Params...), Args... args) {
+  return LaunchRowPlan(what, stream, plan, RowKernel<Params...>{kernel, 0}, args...);
+}
+
+// Launches select_kernel(IntTag<pack>, IntTag<chunk>, RowLayoutTag<layout>,
+// plan) (a kernel or a RowKernel; the plan is for kernels compiled for a team
+// size or a team a row) under `plan` with args..., plan.lanes. A team gets more
+// lanes than a block only once its threads hold the most they may, so rows
+// are streamed or held in clusters only at the largest chunk, and only that
+// chunk has kernels for those layouts: a kernel that holds its rows in one
+// block can then keep to the registers that this needs.
+template <const RowPolicy& kPolicy, int kPack, typename SelectKernel, typename... Args>
+ffi::Error LaunchRowKernelAs(const char* what, cudaStream_t stream, const RowLaunch& plan,
+                             SelectKernel select_kernel, Args... args) {
+  constexpr int kMaxChunk = ChunkPacks(kPolicy.max_chunk_elements, kPack);
+  auto launch = [&](auto chunk, auto layout) {
+    return LaunchRowPlan(what, stream, plan,
+                         select_kernel(IntTag<kPack>{}, chunk, layout, plan), args...);
+  };
+  return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
+    if constexpr (decltype(chunk)::value == kMaxChunk) {
+      if (plan.layout == RowLayout::kStreamed)
+        return launch(chunk, RowLayoutTag<RowLayout::kStreamed>{});
+      if (plan.layout == RowLayout::kHeldInCluster)
+        return launch(chunk, RowLayoutTag<RowLayout::kHeldInCluster>{});
+    }
+    // A kernel for held rows would run a cluster's blocks as separate teams.
+    if (plan.layout != RowLayout::kHeld)
+      return ffi::Error::Internal(std::string(what) + ": no kernel for this plan");
+    return launch(chunk, RowLayoutTag<RowLayout::kHeld>{});
+  });
+}
+
+// Plans a row kernel's launch by its op's policy and launches it (see
+// LaunchRowKernelAs), in 128-bit packs when the rows are 16-byte aligned.
+template <typename T, const RowPolicy& kPolicy, typename SelectKernel, typename... Args>
+ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, int64_t cols,
+                           bool aligned, SelectKernel select_kernel, Args... args) {
+  auto sm_count = SmCount();
+  if (!sm_count.has_value()) return sm_count.error();
+  // Code compiled for Hopper loads only on GPUs that launch clusters.
+  auto architecture = KernelArchitecture();
+  if (!architecture.has_value()) return architecture.error();
+  constexpr int kPack = kPack128<T>;
+  static_assert(kPolicy.Valid(), "blocks that teams share hold whole teams and warps");
+  const int pack = RowPack(sizeof(T), cols, aligned);
+  const RowLaunch plan =
+      PlanRowLaunch(rows, cols / pack, kPolicy, RowTarget{pack, *architecture, *sm_count});
+  return pack == kPack ? LaunchRowKernelAs<kPolicy, kPack>(what, stream, plan, select_kernel, args...)
+                       : LaunchRowKernelAs<kPolicy, 1>(what, stream, plan, select_kernel, args...);
+}
+
+}  // namespace jax_camp
