@@ -24,16 +24,17 @@ pytest.importorskip("jax_tvm_ffi")
 from tvm.target import Target  # noqa: E402
 
 from helpers import progress  # noqa: E402
+from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
-DTYPES = ("float32", "bfloat16", "float16")
+DTYPES = tuple(dtype.name for dtype in SUPPORTED_DTYPES)
 # (op, aligned) pairs the bridge can ask for: the row kernels come in a
 # 16-byte-aligned-rows variant and a general one.
 VARIANTS = [
     (op, aligned)
-    for op, (_, layout, _) in bridge.OPS.items()
-    for aligned in ((False,) if layout == "flat" else (False, True))
+    for op, kernel in bridge.OPS.items()
+    for aligned in ((False, True) if kernel.spec.along_rows else (False,))
 ]
 CASES = [(op, dtype, aligned) for op, aligned in VARIANTS for dtype in DTYPES]
 # A 128-bit access in TileLang's CUDA is a global buffer offset cast to one of
