@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <vector>
 
-#include "../csrc/reduce_sum/reduce_sum_kernel.cuh"
-#include "../csrc/softmax/softmax_kernel.cuh"
+#include "../csrc/reduce_sum/reduce_sum_launch.cuh"
+#include "../csrc/softmax/softmax_launch.cuh"
 #include "bench_check.h"
 
 namespace jax_camp {

@@ -27,8 +27,8 @@ DRIVER = r"""
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include "reduce_sum/reduce_sum_kernel.cuh"
-#include "softmax/softmax_kernel.cuh"
+#include "reduce_sum/reduce_sum_launch.cuh"
+#include "softmax/softmax_launch.cuh"
 using namespace jax_camp;
 
 // A plan for kernels compiled for `architecture` (compute capability x 10) on 132 SMs.

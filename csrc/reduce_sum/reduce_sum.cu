@@ -1,7 +1,7 @@
-// reduce_sum on the GPU over the last dim: launch policy and XLA FFI handler.
-#include "../common/row_launch.cuh"
+// reduce_sum on the GPU: the XLA FFI handlers, which check their buffers and
+// launch the kernels that reduce_sum_launch.cuh selects.
 #include "../handlers.h"
-#include "reduce_sum_kernel.cuh"
+#include "reduce_sum_launch.cuh"
 
 namespace jax_camp::reduce_sum {
 namespace {

@@ -1,7 +1,7 @@
-// softmax and its backward on the GPU: launch policy and XLA FFI handlers.
-#include "../common/row_launch.cuh"
+// softmax and its backward on the GPU: the XLA FFI handlers, which check
+// their buffers and launch the kernels that softmax_launch.cuh selects.
 #include "../handlers.h"
-#include "softmax_kernel.cuh"
+#include "softmax_launch.cuh"
 
 namespace jax_camp::softmax {
 namespace {

@@ -22,7 +22,7 @@
 
 #include <cstdint>
 
-#include "../common/row_launch.cuh"
+#include "../common/row_prefetch.cuh"
 #include "softmax_policy.h"
 
 namespace jax_camp::softmax {
@@ -238,30 +238,6 @@ __global__ void __launch_bounds__(kForwardPolicy.max_threads,
   team.Finish<kClusters>();
 }
 
-// The forward kernel for a plan's pack, chunk and layout, with the shared
-// memory it prefetches into (see LaunchRowKernelAs): the handler and
-// scripts/row_policy_bench.cu launch the same kernels. Rows held by a warp
-// or more take a kernel with no loop over rows where the grid has a team for
-// every row, as reduce_sum's, which the medium shapes ran shorter; teams of
-// fewer lanes, sharing a block with other rows, ran longer so and keep the
-// loop, as does the backward, which lost with it.
-template <typename T>
-struct SelectForwardKernel {
-  template <typename Pack, typename Chunk, typename Layout>
-  auto operator()(Pack, Chunk, Layout, const RowLaunch& plan) const {
-    auto kernel = [](auto team_per_row) {
-      return RowKernel{
-          SoftmaxForwardKernel<T, Pack::value, Chunk::value, Layout::value,
-                               decltype(team_per_row)::value>,
-          kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
-    };
-    if constexpr (Layout::value == RowLayout::kHeld) {
-      if (plan.lanes >= 32 && plan.TeamForEveryRow()) return kernel(std::true_type{});
-    }
-    return kernel(std::false_type{});
-  }
-};
-
 // Shared memory a thread that a backward kernel prefetches its team's next
 // y and g rows into (NextRow; 0: none), where the launcher lets it
 // (PrefetchSharedBytes), as the forward does.
@@ -363,15 +339,5 @@ __global__ void __launch_bounds__(kBackwardPolicy.max_threads)
   }
   team.Finish<kClusters>();
 }
-
-// The backward kernel for a plan (see SelectForwardKernel).
-template <typename T>
-struct SelectBackwardKernel {
-  template <typename Pack, typename Chunk, typename Layout>
-  auto operator()(Pack, Chunk, Layout, const RowLaunch& /*plan*/) const {
-    return RowKernel{SoftmaxBackwardKernel<T, Pack::value, Chunk::value, Layout::value>,
-                     kBackwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
-  }
-};
 
 }  // namespace jax_camp::softmax
