@@ -26,6 +26,19 @@ ffi::Error DispatchChunk(int chunk, F f) {
   return f(IntTag<kMaxChunk>{});
 }
 
+// make(IntTag<lanes>{}) where the plan's grid has a team for every row and
+// its teams have one of kLanes... lanes, else make(IntTag<0>{}): a kernel
+// compiled for a team a row skips the loop over rows (RowTeam::ForEachGroup),
+// and one compiled for its lanes works out its team's geometry at compile
+// time. Each make(...) returns the same kernel type.
+template <int... kLanes, typename Make>
+auto TeamPerRowKernel(const RowLaunch& plan, Make make) {
+  auto kernel = make(IntTag<0>{});
+  if (plan.TeamForEveryRow())
+    (void)((plan.lanes == kLanes && (kernel = make(IntTag<kLanes>{}), true)) || ...);
+  return kernel;
+}
+
 // A row kernel, and the shared memory a thread that it prefetches its team's
 // next row into (NextRow); 0 for none.
 template <typename... Params>

@@ -26,15 +26,7 @@ struct SelectReduceSumKernel {
     auto kernel = [](auto fixed_lanes) {
       return ReduceSumKernel<T, Pack::value, Chunk::value, kStreamed, decltype(fixed_lanes)::value>;
     };
-    if constexpr (!kStreamed && Pack::value > 1) {
-      if (plan.TeamForEveryRow()) {
-        switch (plan.lanes) {
-          case 32: return kernel(IntTag<32>{});
-          case 64: return kernel(IntTag<64>{});
-          case 128: return kernel(IntTag<128>{});
-        }
-      }
-    }
+    if constexpr (!kStreamed && Pack::value > 1) return TeamPerRowKernel<32, 64, 128>(plan, kernel);
     return kernel(IntTag<0>{});
   }
 };

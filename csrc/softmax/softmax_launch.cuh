@@ -26,7 +26,10 @@ struct SelectForwardKernel {
           kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
     };
     if constexpr (Layout::value == RowLayout::kHeld) {
-      if (plan.lanes >= 32 && plan.TeamForEveryRow()) return kernel(std::true_type{});
+      // Teams of a warp to a block (of at most 512 threads) a row.
+      return TeamPerRowKernel<32, 64, 128, 256, 512>(plan, [&](auto lanes) {
+        return kernel(std::bool_constant<(decltype(lanes)::value > 0)>{});
+      });
     }
     return kernel(std::false_type{});
   }
