@@ -88,3 +88,36 @@ def progress(config, message: str) -> None:
         return
     with capture.global_and_fixture_disabled():
         reporter.write_line(message, flush=True)
+
+
+def _kernel_path(plan: dict) -> tuple[str, bool, bool]:
+    """A launch plan's kernel path: its team (warp lanes, warps sharing a block, a block, a
+    cluster of n blocks, or a block streaming the row), whether it moves 16-byte packs, and
+    whether it prefetches its next row."""
+    if plan["layout"] == "streamed":
+        team = "streamed"
+    elif plan["layout"] == "held_in_cluster":
+        team = f"cluster of {plan['cluster']}"
+    else:
+        team = ("warp lanes" if plan["lanes"] <= 32
+                else "shared block" if plan["lanes"] < plan["threads"] else "block")
+    return team, plan["pack"] > 1, plan["prefetches"]
+
+
+def kernel_paths_missed(kernel: str, item_bytes: int, shapes) -> set[tuple[str, bool, bool]]:
+    """The paths of a row kernel ("softmax", "softmax_backward", "reduce_sum") that the CUDA
+    launcher plans for some row length and count on the H200, but for none of ``shapes``.
+
+    The planner is host code in the compiled module (jax_camp._kernels.row_plan), so this
+    runs without a GPU; the row lengths swept are powers of two, one past them (unaligned)
+    and three times them, up to 3 * 2**20, in grids of 1, 3, 24 and 4096 rows.
+    """
+    from jax_camp import _kernels
+
+    def paths(cases) -> set[tuple[str, bool, bool]]:
+        return {_kernel_path(_kernels.row_plan(kernel, math.prod(s[:-1]), s[-1], item_bytes))
+                for s in cases}
+
+    sweep = [(rows, cols) for rows in (1, 3, 24, 4096)
+             for k in range(21) for cols in (2 ** k, 2 ** k + 1, 3 * 2 ** k)]
+    return paths(sweep) - paths(shapes)

@@ -11,12 +11,13 @@ import pytest
 from jax.test_util import check_grads
 
 import jax_camp
-from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, sum_scale
+from helpers import DTYPES, assert_close, f64, hlo_text, kernel_paths_missed, random_normal, sum_scale
 
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
     (3, 5, 64), (70000, 3), (5, 8), (4, 3000),  # 1 and 8 packs a thread
+    (3, 16_384), (3, 20_000),  # a block a row: 16-bit rows of 256 and 512 lanes
     (3, 40_000), (3, 40_001), (2, 65_544),  # past one chunk a thread: streamed
     # Many short rows: the policy's warp lanes and chunks, which few rows grow out of.
     (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (1024, 1536), (1024, 3000),
@@ -28,6 +29,8 @@ SHAPES = [
     # More rows than a grid's teams (8 waves of resident blocks): each takes its rows in turn.
     (600_000, 5),
 ]
+# Unaligned rows of a million: streamed in scalars (test_long_rows).
+LONG_ROWS = (2, 1_000_003)
 
 
 def reference(x, axis=-1, keepdims=False) -> np.ndarray:
@@ -37,6 +40,14 @@ def reference(x, axis=-1, keepdims=False) -> np.ndarray:
 def check(x, result, axis=-1, keepdims=False):
     reduced = x.size // max(result.size, 1)
     assert_close(result, reference(x, axis, keepdims), x.dtype, scale=sum_scale(reduced))
+
+
+@pytest.mark.parametrize("item_bytes", [4, 2])
+def test_shapes_reach_every_kernel_path(item_bytes):
+    """SHAPES and test_long_rows' shape reach every path the CUDA launcher can plan for
+    reduce_sum (kernel_paths_missed), so that the GPU runs run each one."""
+    missed = kernel_paths_missed("reduce_sum", item_bytes, SHAPES + [LONG_ROWS])
+    assert not missed, f"no test shape reaches {sorted(missed)}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -50,7 +61,7 @@ def test_matches_reference(shape, dtype, backend):
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_long_rows(dtype, backend):
-    x = random_normal((2, 1_000_003), dtype)
+    x = random_normal(LONG_ROWS, dtype)
     check(x, jax_camp.reduce_sum(x, backend=backend))
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -12,8 +11,8 @@ import pytest
 from jax.test_util import check_grads
 
 import jax_camp
-from jax_camp import _kernels
-from helpers import DTYPES, assert_close, f64, hlo_text, random_normal, softmax_reference
+from helpers import (DTYPES, assert_close, f64, hlo_text, kernel_paths_missed, random_normal,
+                     softmax_reference)
 
 # The camp's shapes, unaligned and odd sizes, one column, grids of few rows
 # and of many; on the GPU they reach every path of the CUDA kernels that the
@@ -31,28 +30,12 @@ SHAPES = [
 LONG_ROWS = (2, 1_000_003)
 
 
-def _kernel_path(plan: dict) -> tuple[str, bool, bool]:
-    """A plan's kernel path: its team (warp lanes, a block, a cluster of n blocks, or a
-    block streaming the row), whether it moves 16-byte packs, and whether it prefetches."""
-    team = {"streamed": "streamed", "held_in_cluster": f"cluster of {plan['cluster']}"}.get(
-        plan["layout"], "warp lanes" if plan["lanes"] <= 32 else "block")
-    return team, plan["pack"] > 1, plan["prefetches"]
-
-
-def _paths(kernel: str, item_bytes: int, shapes) -> set[tuple[str, bool, bool]]:
-    return {_kernel_path(_kernels.row_plan(kernel, math.prod(s[:-1]), s[-1], item_bytes))
-            for s in shapes}
-
-
 @pytest.mark.parametrize("kernel", ["softmax", "softmax_backward"])
 @pytest.mark.parametrize("item_bytes", [4, 2])
 def test_shapes_reach_every_kernel_path(kernel, item_bytes):
-    """Every path the CUDA launcher can plan for a row kernel on the H200 (a sweep of row
-    lengths and counts through its planner) is reached by SHAPES or test_long_rows' shape,
-    so that the GPU runs of these tests run each one. Host code: it runs everywhere."""
-    sweep = [(rows, cols) for rows in (1, 3, 24, 4096)
-             for k in range(21) for cols in (2 ** k, 2 ** k + 1, 3 * 2 ** k)]
-    missed = _paths(kernel, item_bytes, sweep) - _paths(kernel, item_bytes, SHAPES + [LONG_ROWS])
+    """SHAPES and test_long_rows' shape reach every path the CUDA launcher can plan for the
+    forward and the backward (kernel_paths_missed), so that the GPU runs run each one."""
+    missed = kernel_paths_missed(kernel, item_bytes, SHAPES + [LONG_ROWS])
     assert not missed, f"no test shape reaches {sorted(missed)}"
 
 
