@@ -112,8 +112,7 @@ def test_each_kernel_description_calls_its_target_for_its_result(name):
 
 
 def test_a_description_without_a_compiled_handler_says_so():
-    spec = OpSpec(name="missing", ffi_target="jax_camp_missing", arity=1,
-                  sharding_rule="... -> ...", tilelang_module="copy")
+    spec = OpSpec(name="missing", arity=1, sharding_rule="... -> ...", tilelang_module="copy")
     with pytest.raises(RuntimeError, match="no cpu handler 'jax_camp_missing' for op 'missing'"):
         registration.register(spec)
     assert "missing" not in registration.SPECS

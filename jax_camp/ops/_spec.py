@@ -37,9 +37,8 @@ class OpSpec:
     """One kernel: ``arity`` operands of one shape and dtype in, one array of that dtype out.
 
     Attributes:
-      name: the kernel's name, e.g. "softmax_backward".
-      ffi_target: the XLA FFI target that runs it, the same on every platform
-        (the C++ module registers one handler per platform under this name).
+      name: the kernel's name, e.g. "softmax_backward"; its FFI target is
+        ``jax_camp_<name>`` (``ffi_target``).
       arity: how many operands the kernel takes.
       sharding_rule: the Shardy rule of the call; "i" names the last dim of a
         kernel that works along rows.
@@ -58,7 +57,6 @@ class OpSpec:
     """
 
     name: str
-    ffi_target: str
     arity: int
     sharding_rule: str
     tilelang_module: str
@@ -67,6 +65,12 @@ class OpSpec:
     drops_last_dim: bool = False
     combine_across_devices: CombineAcrossDevices | None = None
     scratch_results: tuple[jax.ShapeDtypeStruct, ...] = ()
+
+    @property
+    def ffi_target(self) -> str:
+        """The XLA FFI target that runs the kernel, the same on every platform: the C++
+        module registers one handler per platform under it (csrc/ops.inc)."""
+        return f"jax_camp_{self.name}"
 
     def result_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The result's shape for operands of ``shape``."""

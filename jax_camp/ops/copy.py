@@ -13,7 +13,6 @@ from jax_camp.ops._spec import OpSpec
 
 COPY = OpSpec(
     name="copy",
-    ffi_target="jax_camp_copy",
     arity=1,
     sharding_rule="... -> ...",
     tilelang_module="copy",

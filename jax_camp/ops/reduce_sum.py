@@ -23,7 +23,6 @@ def _sum_across_devices(local: Callable[..., jax.Array], axes, x: jax.Array) -> 
 # The kernel sums each row of its operand's last dim.
 REDUCE_SUM = OpSpec(
     name="reduce_sum",
-    ffi_target="jax_camp_reduce_sum",
     arity=1,
     sharding_rule="... i -> ...",
     tilelang_module="reduce_sum",

@@ -12,12 +12,10 @@ from jax_camp import backends, registration
 from jax_camp.ops import _checks
 from jax_camp.ops._spec import OpSpec
 
-# Rows split over the devices of mesh ``axes``: ``local`` runs the kernel on
-# this device's block of each row, and per-row corrections, computed in
-# float32, make the whole rows' answer. The collectives move one value per
-# row, not the rows themselves.
-
-
+# Rows split over the devices of mesh ``axes`` (this function and the next):
+# ``local`` runs the kernel on this device's block of each row, and per-row
+# corrections, computed in float32, make the whole rows' answer. The
+# collectives move one value per row, not the rows themselves.
 def _softmax_across_devices(local: Callable[..., jax.Array], axes, x: jax.Array) -> jax.Array:
     y = local(x)
     block_max = jnp.max(x, axis=-1, keepdims=True).astype(jnp.float32)
@@ -48,7 +46,6 @@ def _softmax_backward_across_devices(
 # The forward kernel normalizes each row of its operand's last dim.
 SOFTMAX = OpSpec(
     name="softmax",
-    ffi_target="jax_camp_softmax",
     arity=1,
     sharding_rule="... i -> ... i",
     tilelang_module="softmax",
@@ -65,7 +62,6 @@ registration.register(SOFTMAX)
 # forward's output y and the cotangent g.
 SOFTMAX_BACKWARD = OpSpec(
     name="softmax_backward",
-    ffi_target="jax_camp_softmax_backward",
     arity=2,
     sharding_rule="... i, ... i -> ... i",
     tilelang_module="softmax",

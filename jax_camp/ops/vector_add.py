@@ -15,7 +15,6 @@ from jax_camp.ops._spec import OpSpec
 # happen before it, in JAX.
 VECTOR_ADD = OpSpec(
     name="vector_add",
-    ffi_target="jax_camp_vector_add",
     arity=2,
     sharding_rule="..., ... -> ...",
     tilelang_module="vector_add",

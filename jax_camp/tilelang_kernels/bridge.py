@@ -46,15 +46,11 @@ from jax_camp import registration
 from jax_camp.ops._spec import SUPPORTED_DTYPE_NAMES, SUPPORTED_DTYPES, OpSpec
 from jax_camp.tilelang_kernels._rows import is_aligned
 
-# Whether a kernel sees its operands as (rows, cols) or as one flat buffer.
-_FLAT, _ROWS = "flat", "rows"
-
-
 class TileLangKernel(NamedTuple):
-    """What the bridge needs to compile and call one op's TileLang kernel."""
+    """What the bridge needs to compile and call one op's TileLang kernel. It sees its
+    operands as (rows, cols) where ``spec.along_rows``, else as one flat buffer."""
 
     spec: OpSpec
-    layout: str  # _FLAT or _ROWS
     program: Callable[[str, bool], tirx.PrimFunc]  # the tile program for (dtype, aligned)
 
 
@@ -63,9 +59,9 @@ def _kernel_of(spec: OpSpec) -> TileLangKernel:
     module = importlib.import_module(f"jax_camp.tilelang_kernels.{spec.tilelang_module}")
     build = getattr(module, f"{spec.name}_program")
     if spec.along_rows:
-        return TileLangKernel(spec, _ROWS, build)
+        return TileLangKernel(spec, build)
     # The flat kernels have no aligned variant: they find their full tiles themselves.
-    return TileLangKernel(spec, _FLAT, lambda dtype, aligned: build(dtype))
+    return TileLangKernel(spec, lambda dtype, aligned: build(dtype))
 
 
 OPS: dict[str, TileLangKernel] = {name: _kernel_of(spec) for name, spec in registration.SPECS.items()}
@@ -135,7 +131,7 @@ def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
     """One kernel launch on unbatched operands of any rank."""
     spec, x = kernel.spec, operands[0]
     shape, dtype = x.shape, jnp.dtype(x.dtype).name
-    if kernel.layout == _ROWS:
+    if spec.along_rows:
         kernel_shape = (math.prod(shape[:-1]), shape[-1])
         aligned = is_aligned(shape[-1], dtype)
     else:
@@ -174,10 +170,9 @@ def kernel_call(spec: OpSpec, *operands: jax.Array) -> jax.Array:
                 f"TileLang {op} needs operands of one shape and dtype, got "
                 f"{x.shape} {dtype} and {other.shape} {jnp.dtype(other.dtype)}"
             )
-    kernel = OPS[op]
-    if kernel.layout == _ROWS and x.ndim == 0:
+    if spec.along_rows and x.ndim == 0:
         raise ValueError(f"TileLang {op} works along the last dim and needs rank >= 1")
-    return _run(kernel, *operands)
+    return _run(OPS[op], *operands)
 
 
 __all__ = [
