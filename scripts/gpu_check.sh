@@ -11,8 +11,9 @@
 # With no arguments it runs build cuda tilelang sanitize; sanitize is the four
 # tools. A later call's steps find the package the first installed while the
 # machine stays up, and build it again if it did not. Each step but sanitize
-# is meant to fit one 10-minute device call: memcheck, synccheck and initcheck
-# fit one together, racecheck (the slowest) wants one of its own.
+# is meant to fit one 10-minute device call: build, cuda and tilelang (the
+# two suites run at once) fit one; memcheck, synccheck and initcheck fit one
+# together, racecheck (the slowest) wants one of its own.
 # GPU_CHECK_SANITIZE_SECONDS bounds the sanitizer steps together: shards not
 # done by then are reported unfinished.
 # Logs go to $OUT (the device tool's output folder) or /tmp/jax_camp_gpu.
@@ -27,7 +28,6 @@ export PATH=/usr/local/cuda/bin:$PATH
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
 export PYTHONUNBUFFERED=1
-summary=()
 # README's `pytest tests`: the console script keeps the source tree off
 # sys.path, as `python3 -P -m pytest` does with the python3 that holds jax.
 pytest="python3 -P -m pytest -q -p no:cacheprovider"
@@ -37,13 +37,13 @@ pytest="python3 -P -m pytest -q -p no:cacheprovider"
 host_only="test_cuda_codegen.py test_launch_policy.py test_cuda_build.py test_tilelang_compile.py
   test_benchmark*.py test_install.py test_sharding.py"
 
-run_step() {  # name, command...: runs it with its log under $out, records its last line
+run_step() {  # name, command...: runs it with its log under $out; its summary line goes beside
   local name=$1; shift
   local start=$SECONDS
   "$@" >"$out/$name.log" 2>&1
   local status=$?
-  summary+=("$(printf '%-16s exit %-3s %4ss  %s' "$name" "$status" $((SECONDS - start)) \
-    "$(tail -n 1 "$out/$name.log")")")
+  printf '%-16s exit %-3s %4ss  %s\n' "$name" "$status" $((SECONDS - start)) \
+    "$(tail -n 1 "$out/$name.log")" >"$out/$name.summary"
 }
 
 has() { [[ " $steps " == *" $1 "* ]]; }
@@ -78,8 +78,12 @@ gpu_test_files() {
 # - initcheck leaves out one zero-size reduce_sum test, which runs no kernel
 #   of ours: XLA's scalar results there read as uninitialized with plain JAX
 #   too (--backend xla). It also runs with XLA's autotuner off, whose
-#   comparisons of candidate kernels read padding it never writes, by design.
-shard_tests=40
+#   comparisons of candidate kernels read padding it never writes, by design;
+#   racecheck too, under which that search for XLA's own fusions is most of
+#   the time of a test.
+# racecheck, the slowest by far, gets small shards, so that its slow tests
+# spread over all the processes rather than queueing in a few.
+declare -A tool_shard_tests=([memcheck]=40 [synccheck]=40 [initcheck]=40 [racecheck]=8)
 declare -A tool_flags=(
   [memcheck]=""
   [racecheck]=""
@@ -89,13 +93,14 @@ declare -A tool_flags=(
 declare -A tool_pytest_flags=(
   [initcheck]="--deselect tests/test_reduce_sum.py::test_zero_size_matches_jnp[shape2-None]"
 )
-declare -A tool_xla_flags=([initcheck]="--xla_gpu_autotune_level=0")
+declare -A tool_xla_flags=([initcheck]="--xla_gpu_autotune_level=0" [racecheck]="--xla_gpu_autotune_level=0")
 
-shard_tests_of() {  # backend: writes $out/sanitizer/shards/<backend>-<file>-<n>, one test id a line
-  local backend=$1 dir=$out/sanitizer/shards
+shard_tests_of() {  # backend size: writes $out/sanitizer/shards-<size>/<backend>-<file>-<n>, one test id a line
+  local backend=$1 size=$2 dir=$out/sanitizer/shards-$2
+  mkdir -p "$dir"
   # shellcheck disable=SC2046
   python3 -P -m pytest -p no:cacheprovider --collect-only -q $(gpu_test_files) --backend "$backend" 2>/dev/null | grep '::' |
-    awk -v dir="$dir" -v backend="$backend" -v size="$shard_tests" -F'::' '{
+    awk -v dir="$dir" -v backend="$backend" -v size="$size" -F'::' '{
       file = $1; sub(/.*\//, "", file); sub(/\.py$/, "", file)
       if (file != last) { n = 0; count = 0; last = file }
       if (count++ % size == 0) n++
@@ -105,15 +110,21 @@ shard_tests_of() {  # backend: writes $out/sanitizer/shards/<backend>-<file>-<n>
 
 sanitize() {  # tools...
   rm -rf "$out/sanitizer"
-  mkdir -p "$out/sanitizer/shards"
-  for backend in cuda tilelang; do shard_tests_of $backend; done
+  mkdir -p "$out/sanitizer"
+  for tool in "$@"; do
+    local size=${tool_shard_tests[$tool]}
+    [ -d "$out/sanitizer/shards-$size" ] ||
+      for backend in cuda tilelang; do shard_tests_of $backend "$size"; done
+  done
   # Shards past the deadline (GPU_CHECK_SANITIZE_SECONDS from the step's start,
   # if set) are not started, or are stopped: their logs say "exit skipped" or 124.
+  # softmax's shards start first: they hold the longest rows.
   local deadline=$(( $(date +%s) + ${GPU_CHECK_SANITIZE_SECONDS:-86400} ))
   for tool in "$@"; do
-    for shard in $(ls -S "$out"/sanitizer/shards); do
-      printf "%s %s '%s' '%s' '%s'\n" "$tool" "$shard" "${tool_flags[$tool]}" \
-        "${tool_xla_flags[$tool]:-}" "${tool_pytest_flags[$tool]:-}"
+    local dir=$out/sanitizer/shards-${tool_shard_tests[$tool]}
+    for shard in $(ls "$dir" | grep softmax; ls "$dir" | grep -v softmax); do
+      printf "%s %s '%s' '%s' '%s' %s\n" "$tool" "$shard" "${tool_flags[$tool]}" \
+        "${tool_xla_flags[$tool]:-}" "${tool_pytest_flags[$tool]:-}" "$dir"
     done
   done | xargs -P "$(nproc)" -L 1 bash -c '
     tool=$0 shard=$1 backend=${1%%-*} log='"$out"'/sanitizer/$0-$1.log
@@ -125,7 +136,7 @@ sanitize() {  # tools...
     XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout $left \
       compute-sanitizer --tool $tool --target-processes application-only \
       --error-exitcode 9 --print-limit 20 $2 \
-      '"$pytest"' $4 --backend $backend $(cat '"$out"'/sanitizer/shards/$shard) >$log 2>&1
+      '"$pytest"' --durations=3 $4 --backend $backend $(cat $5/$shard) >$log 2>&1
     echo "exit $?" >>$log'
   local failed=0
   for tool in "$@"; do
@@ -150,16 +161,19 @@ sanitize() {  # tools...
 }
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+rm -f "$out"/*.summary
 if has build || ! installed; then run_step build build; fi
-has cuda && run_step pytest-cuda $pytest tests --backend cuda
-has tilelang && run_step pytest-tilelang $pytest tests --backend tilelang
+# The two suites run at once: each keeps the GPU far from busy.
+has cuda && run_step pytest-cuda $pytest tests --backend cuda &
+has tilelang && run_step pytest-tilelang $pytest tests --backend tilelang &
+wait
 tools=
 for tool in memcheck synccheck initcheck racecheck; do
   if has sanitize || has $tool; then tools+=" $tool"; fi
 done
 if [ -n "$tools" ]; then
   run_step sanitize sanitize $tools
-  summary+=("$(grep -- '--backend' "$out/sanitize.log" | sed 's/^/    /')")
+  grep -- '--backend' "$out/sanitize.log" | sed 's/^/    /' >>"$out/sanitize.summary"
 fi
 if has bench; then
   # Stops starting cases in time to write what it has within a device call.
@@ -167,4 +181,6 @@ if has bench; then
     --time-limit 540 --json "$out/h200.json" --plot "$out/h200.png"
   cp "$out/bench.log" "$out/h200.txt"
 fi
-printf '%s\n' "${summary[@]}"
+for name in build pytest-cuda pytest-tilelang sanitize bench; do
+  [ -f "$out/$name.summary" ] && cat "$out/$name.summary"
+done
