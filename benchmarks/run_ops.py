@@ -27,6 +27,7 @@ import jax  # noqa: E402
 from harness import cases as C  # noqa: E402
 from harness import report, runner  # noqa: E402
 from harness.checks import DEVICE_REFERENCE, NUMPY_REFERENCE  # noqa: E402
+from harness.markdown import markdown_report  # noqa: E402
 from harness.plot import EXTRA_HINT, draw_plot, plotting_available  # noqa: E402
 from harness.timing import CPU_SETTINGS, GPU_SETTINGS, Settings  # noqa: E402
 
@@ -53,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host-shape", default=C.HOST_SHAPE, help="the host-bound shape, or 'off'")
     p.add_argument("--json", dest="json_path", default=None, help="write the report here")
     p.add_argument("--plot", dest="plot_path", default=None, help="draw bandwidth per shape here (PNG)")
+    p.add_argument("--markdown", dest="markdown_path", default=None, help="write the summary and case tables here")
     p.add_argument("--from-json", default=None, help="run nothing: print (and --plot) a saved report")
     p.add_argument("--repeats", type=int, default=None, help="samples per implementation (at least 5 by default)")
     p.add_argument("--sample-ms", type=float, default=None, help="a sample lasts at least this long")
@@ -95,7 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.plot_path and not plotting_available():
         parser.error(EXTRA_HINT)
     if args.from_json:
-        return replay(args.from_json, args.plot_path)
+        return replay(args.from_json, args.plot_path, args.markdown_path)
     dtypes = [d for d in args.dtype.split(",") if d]
     if not dtypes or any(d not in C.DTYPES for d in dtypes):
         parser.error(f"--dtype {args.dtype!r}: choose from {', '.join(C.DTYPES)}")
@@ -167,22 +169,28 @@ def finish(rows: list[report.Row], meta: dict[str, Any], args: argparse.Namespac
             notes.append(f"the PNG failed: {type(error).__name__}: {error}"[:300])
             failures.append(error)
     save(rows)
+    if args.markdown_path:
+        Path(args.markdown_path).write_text(markdown_report(rows, meta))
     report.print_report(rows, meta, time.perf_counter() - started, args.json_path, args.plot_path)
     return 1 if failures else 0
 
 
-def replay(path: str, plot_path: str | None) -> int:
-    """The tables and the PNG of a saved report, e.g. one written on a machine without matplotlib."""
+def replay(path: str, plot_path: str | None, markdown_path: str | None) -> int:
+    """The tables, the PNG and the Markdown of a saved report, e.g. one written on a machine
+    without matplotlib."""
     saved = json.loads(Path(path).read_text())
     rows = [report.Row(**r) for r in saved["rows"]]
     if plot_path and saved.get("ceiling"):
         draw_plot(plot_path, rows, saved["ceiling"]["tbps"], plot_title(saved))
+    if markdown_path:
+        Path(markdown_path).write_text(markdown_report(rows, saved))
     report.print_report(rows, saved, saved.get("elapsed_s", 0.0), None, plot_path)
     return 0
 
 
 def plot_title(meta: dict[str, Any]) -> str:
-    return f"{meta['device']}, jax {meta['jax_version']}, {meta['date']}, commit {meta['commit'][:10]}"
+    return (f"{meta['device']}, jax {meta['jax_version']}, {meta['date']}, commit {meta['commit'][:10]}\n"
+            f"{meta['command']}")
 
 
 if __name__ == "__main__":

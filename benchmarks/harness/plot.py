@@ -68,6 +68,6 @@ def draw_plot(path: str, rows: Sequence[Row], ceiling_tbps: float | None, title:
             ax.set_title(f"{op} {dtype}", fontsize=9)
             ax.tick_params(axis="y", labelleft=True)
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / fig.get_figheight()))  # room for the title's lines
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -140,12 +140,12 @@ LEGEND = (
 )
 
 
-def _geomean(values: Sequence[float]) -> float | None:
+def geomean(values: Sequence[float]) -> float | None:
     values = [v for v in values if v and v > 0]
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def _lowest(pairs: Sequence[tuple[float, Row]]) -> tuple[float | None, str | None]:
+def lowest(pairs: Sequence[tuple[float, Row]]) -> tuple[float | None, str | None]:
     if not pairs:
         return None, None
     value, row = min(pairs, key=lambda p: p[0])
@@ -167,9 +167,9 @@ def summarize(rows: Sequence[Row]) -> list[dict[str, Any]]:
                 if r.kind == HOST and (r.bench or {}).get("vs_xla")]
         large = [(r.bench["pct_of_ceiling"], r) for r in cases
                  if r.bytes_moved >= LARGE_BYTES and (r.bench or {}).get("pct_of_ceiling")]
-        min_ratio, min_case = _lowest([(vs["ratio"], r) for vs, r in compared])
-        min_device, min_device_case = _lowest(device)
-        min_pct, min_pct_case = _lowest(large)
+        min_ratio, min_case = lowest([(vs["ratio"], r) for vs, r in compared])
+        min_device, min_device_case = lowest(device)
+        min_pct, min_pct_case = lowest(large)
         tested = [r for r in members if r.test]
         summary.append({
             "op": op, "backend": backend, "cases": len(cases),
@@ -179,11 +179,11 @@ def summarize(rows: Sequence[Row]) -> list[dict[str, Any]]:
             "not_run": sum(r.skipped is not None for r in members),
             "compared": len(compared), "faster": verdicts.count(FASTER), "slower": verdicts.count(SLOWER),
             "ties": verdicts.count(TIE), "ties_at_ceiling": verdicts.count(TIE_AT_CEILING),
-            "geomean_ratio_vs_xla": _geomean([vs["ratio"] for vs, _ in compared]),
+            "geomean_ratio_vs_xla": geomean([vs["ratio"] for vs, _ in compared]),
             "min_ratio_vs_xla": min_ratio, "min_ratio_case": min_case,
-            "geomean_device_ratio_vs_xla": _geomean([d for d, _ in device]),
+            "geomean_device_ratio_vs_xla": geomean([d for d, _ in device]),
             "min_device_ratio_vs_xla": min_device, "min_device_ratio_case": min_device_case,
-            "geomean_host_ratio_vs_xla": _geomean(host),
+            "geomean_host_ratio_vs_xla": geomean(host),
             "min_pct_of_ceiling_256mb": min_pct, "min_pct_of_ceiling_256mb_case": min_pct_case,
         })
     return summary
@@ -224,8 +224,10 @@ def write_json(path: str, report: dict[str, Any], rows: Sequence[Row]) -> None:
 
 def print_report(rows: Sequence[Row], meta: dict[str, Any], elapsed_s: float, json_path: str | None,
                  plot_path: str | None) -> None:
-    """The table, the host-bound rows, the cross-checks, the legend, the notes and the summary."""
-    print()
+    """What ran where, the table, the host-bound rows, the cross-checks, the legend, the notes and
+    the summary."""
+    print(f"\nrun {meta['date']}, {meta['device']}, jax {meta['jax_version']}, commit {meta['commit'][:10]}: "
+          f"{meta['command']}")
     print_rows([r for r in rows if r.kind == CASE])
     host_rows = [r for r in rows if r.kind == HOST]
     if host_rows:
