@@ -66,6 +66,21 @@ def test_report_has_expected_fields(run_ops, tmp_path: Path) -> None:
     assert summary["cpu"]["compared"] == 1 and summary["xla"]["compared"] == 0
 
 
+def test_markdown_report_from_a_saved_run(run_ops, tmp_path: Path, capsys) -> None:
+    rc, rep = _run(run_ops, tmp_path, "--op", "reduce_sum", "--backend", "all", "--mode", "bench", *TINY)
+    assert rc == 0
+    md = tmp_path / "r.md"
+    assert run_ops.main(["--from-json", str(tmp_path / "r.json"), "--markdown", str(md)]) == 0
+    text = md.read_text()
+    assert rep["commit"][:10] in text and rep["command"] in text and rep["date"] in text
+    (summary_row,) = [line for line in text.splitlines() if line.startswith("| reduce_sum | float32 | cpu |")]
+    case = next(r for r in rep["rows"] if r["backend"] == "cpu" and r["kind"] == "case")
+    vs = case["bench"]["vs_xla"]
+    assert f"{vs['ratio']:.2f} ({case['shape']}, {vs['verdict']})" in summary_row
+    assert f"| {case['shape']} (in cache) | float32 | cpu |" in text  # the op's case table
+    assert "run " + rep["date"] in capsys.readouterr().out  # the printed report names its run
+
+
 def test_plot_without_matplotlib_is_an_error_naming_the_extra(run_ops, monkeypatch, capsys, tmp_path) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     with pytest.raises(SystemExit) as exit_info:

@@ -62,7 +62,7 @@ def case_table(rows: Sequence[Row], op: str) -> list[str]:
             continue
         vs = b.get("vs_xla")
         vs_text = f"{ratio(vs['ratio'])} [{ratio(vs['ratio_low'])}–{ratio(vs['ratio_high'])}]" if vs else "-"
-        shape = r.shape + (" (in L2)" if b.get("in_cache") else "") + (" (host-bound)" if r.kind == HOST else "")
+        shape = r.shape + (" (in cache)" if b.get("in_cache") else "") + (" (host-bound)" if r.kind == HOST else "")
         out.append(f"| {shape} | {r.dtype} | {r.backend} | {fmt_us(b['median_us'])} ({b['spread_pct']:.1f}) "
                    f"| {sig3(b.get('pct_of_ceiling'))} | {vs_text} | {vs['verdict'] if vs else '-'} "
                    f"| {fmt_us(d.get('span_us') if d.get('valid') else None)} | {ratio(d.get('ratio_vs_xla'))} |")
