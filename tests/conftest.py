@@ -44,3 +44,38 @@ def backend(request: pytest.FixtureRequest) -> str | None:
     if name == "cpu" and jax.default_backend() != "cpu":
         pytest.skip("--backend cpu runs on a CPU-only jax (the default device here is a GPU)")
     return None if name == "default" else name
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """Orders the tests: those that time the machine (a module with ``TIMES_THE_MACHINE``) first,
+    on a quiet machine; those that wait on compiler runs (tests/background_compiles.py) last, so
+    that their compilers, started once the timing is done, work beside everything between."""
+    from background_compiles import BackgroundCompiles
+
+    if config.option.collectonly:
+        return
+    timing = [item for item in items if getattr(item.module, "TIMES_THE_MACHINE", False)]
+    compiling = []
+    for compiles in BackgroundCompiles.declared:
+        mine = [item for item in items if item.module.__name__ == compiles.module]
+        if mine:
+            compiles.wanted = True
+            compiling += mine
+    placed = {id(item) for item in timing + compiling}
+    items[:] = timing + [item for item in items if id(item) not in placed] + compiling
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    from background_compiles import BackgroundCompiles
+
+    if not getattr(item.module, "TIMES_THE_MACHINE", False):
+        for compiles in BackgroundCompiles.declared:
+            if compiles.wanted:
+                compiles.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from background_compiles import BackgroundCompiles
+
+    for compiles in BackgroundCompiles.declared:
+        compiles.cleanup()

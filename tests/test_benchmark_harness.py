@@ -22,6 +22,8 @@ from harness import crosscheck, report, runner, sampling, timing, trace, verdict
 from harness import cases as C  # noqa: E402
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "cpu", reason="the harness's CI run is the CPU one")
+# The session runs these first, before any compiler starts beside them (conftest.py).
+TIMES_THE_MACHINE = True
 
 TINY = ["--shapes", "8x33,100", "--dtype", "float32", "--repeats", "5", "--sample-ms", "2",
         "--ceiling-mb", "4", "--no-progress", "--seed", "3"]

@@ -15,68 +15,44 @@ result does not show:
 
 from __future__ import annotations
 
-import concurrent.futures
 import re
-import subprocess
-import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
 import jax.ffi
 
+from background_compiles import BackgroundCompiles
 from helpers import NVCC, ROOT, progress
 
 OPS = ("copy", "vector_add", "reduce_sum", "softmax")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 
 
-# softmax.cu takes most of the time (about 40 s on two cores, against 16 s for the other
-# three together), so it starts first and the others compile beside it, smallest first.
-BUILD_ORDER = ("softmax", "copy", "vector_add", "reduce_sum")
-# A line at least this often (seconds) while nvcc runs, so the run is never silent for long.
-HEARTBEAT_S = 20
+def _nvcc(op: str) -> Callable[[Path], list[str]]:
+    """nvcc's command for csrc/<op>/<op>.cu for sm_90, writing into a folder: ``-cubin``
+    compiles the device code only (no host object, which nothing here reads), ``-Xptxas -v``
+    reports each kernel's registers and spills, and ``--keep`` leaves the PTX that ptxas was
+    given, the same text ``-ptx`` writes."""
+    def command(folder: Path) -> list[str]:
+        return [NVCC, "-std=c++17", "-O3", "-arch=sm_90", "--expt-relaxed-constexpr",
+                f"-I{jax.ffi.include_dir()}", str(ROOT / "csrc" / op / f"{op}.cu"),
+                "-cubin", "-Xptxas", "-v", "--keep", f"--keep-dir={folder}", "-o", str(folder / f"{op}.cubin")]
+    return command
 
 
-def _compile(op: str, tmp: Path) -> tuple[str, str, float]:
-    """(ptxas -v report, PTX, seconds) of csrc/<op>/<op>.cu for sm_90.
-
-    One nvcc call: ``-cubin`` compiles the device code only (no host object, which
-    nothing here reads), and ``--keep`` leaves the PTX that ptxas was given, the same
-    text ``-ptx`` writes, in the keep directory.
-    """
-    keep = tmp / op
-    keep.mkdir()
-    start = time.monotonic()
-    run = subprocess.run(
-        [NVCC, "-std=c++17", "-O3", "-arch=sm_90", "--expt-relaxed-constexpr",
-         f"-I{jax.ffi.include_dir()}", str(ROOT / "csrc" / op / f"{op}.cu"),
-         "-cubin", "-Xptxas", "-v", "--keep", f"--keep-dir={keep}", "-o", str(keep / f"{op}.cubin")],
-        capture_output=True, text=True,
-    )
-    assert run.returncode == 0, f"nvcc failed on {op}.cu:\n{run.stderr[-6000:]}"
-    return run.stderr, (keep / f"{op}.ptx").read_text(), time.monotonic() - start
+# Started while the other tests run (tests/background_compiles.py).
+COMPILES = BackgroundCompiles(__name__, {op: _nvcc(op) for op in OPS}) if NVCC else None
 
 
 @pytest.fixture(scope="module")
-def builds(request, tmp_path_factory) -> dict[str, tuple[str, str]]:
-    tmp = tmp_path_factory.mktemp("nvcc")
-    start = time.monotonic()
-    progress(request.config, f"test_cuda_codegen: compiling {', '.join(BUILD_ORDER)} with nvcc for sm_90")
-    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {pool.submit(_compile, op, tmp): op for op in BUILD_ORDER}
-        pending = set(futures)
-        while pending:
-            done, pending = concurrent.futures.wait(
-                pending, timeout=HEARTBEAT_S, return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in done:
-                progress(request.config, f"test_cuda_codegen: {futures[future]}.cu compiled "
-                                         f"in {future.result()[2]:.0f} s")
-            if pending and not done:
-                names = ", ".join(sorted(futures[f] for f in pending))
-                progress(request.config, f"test_cuda_codegen: still compiling {names} "
-                                         f"({time.monotonic() - start:.0f} s)")
-        return {op: future.result()[:2] for future, op in futures.items()}
+def builds(request) -> dict[str, tuple[str, str]]:
+    """(ptxas -v report, PTX) of each op's .cu."""
+    done = COMPILES.wait(lambda line: progress(request.config, line))
+    progress(request.config, "test_cuda_codegen: " + ", ".join(
+        f"{op}.cu compiled in {seconds:.0f} s" for op, (_, _, seconds) in done.items()))
+    return {op: (stderr, (folder / f"{op}.ptx").read_text()) for op, (folder, stderr, _) in done.items()}
 
 
 def _kernels(ptx: str) -> dict[str, str]:

@@ -13,12 +13,14 @@ Skips where nvcc is missing.
 from __future__ import annotations
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
 import jax.ffi
 
-from helpers import NVCC, ROOT
+from background_compiles import BackgroundCompiles
+from helpers import NVCC, ROOT, progress
 
 pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 
@@ -161,17 +163,21 @@ int main(int argc, char** argv) {
 """
 
 
+def _driver_command(folder: Path) -> list[str]:
+    (folder / "driver.cu").write_text(DRIVER)
+    return [NVCC, "-std=c++17", "-O1", "-arch=sm_90", "--expt-relaxed-constexpr",
+            f"-I{jax.ffi.include_dir()}", f"-I{ROOT / 'csrc'}", str(folder / "driver.cu"),
+            "-o", str(folder / "driver")]
+
+
+# Compiled while the other tests run (tests/background_compiles.py).
+COMPILES = BackgroundCompiles(__name__, {"driver": _driver_command}) if NVCC else None
+
+
 @pytest.fixture(scope="module")
-def plan(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("plans")
-    (tmp / "driver.cu").write_text(DRIVER)
-    binary = tmp / "driver"
-    subprocess.run(
-        [NVCC, "-std=c++17", "-O1", "-arch=sm_90", "--expt-relaxed-constexpr",
-         f"-I{jax.ffi.include_dir()}", f"-I{ROOT / 'csrc'}", str(tmp / "driver.cu"),
-         "-o", str(binary)],
-        capture_output=True, text=True, check=True,
-    )
+def plan(request):
+    (folder, _, _), = COMPILES.wait(lambda line: progress(request.config, line)).values()
+    binary = folder / "driver"
 
     def run(kernel: str, rows: int, cols: int, pack: int, architecture: int = 90) -> dict[str, int]:
         out = subprocess.run([str(binary), kernel, str(rows), str(cols), str(pack), str(architecture)],
