@@ -20,7 +20,7 @@ namespace {
 
 template <typename T, const RowPolicy& kPolicy, typename Select, typename... Args>
 void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select select,
-              Args... args) {
+              LaunchScratch scratch, Args... args) {
   constexpr int kPack = kPack128<T>;
   int sm_count = 0;
   BENCH_CHECK(cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, 0));
@@ -38,7 +38,7 @@ void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select
     std::printf(" %21s", "-");
     return;
   }
-  auto launch = [&] { return LaunchRowKernelAs<kPolicy, kPack>("bench", nullptr, plan, select, args...); };
+  auto launch = [&] { return LaunchRowKernelAs<kPolicy, kPack>("bench", nullptr, plan, select, scratch, args...); };
   for (int i = 0; i < 3; ++i) {
     if (ffi::Error error = launch(); error.failure()) {
       std::printf(" %21s", "no kernel");
@@ -64,14 +64,14 @@ void TimePlan(int lanes_scale, bool clusters, int64_t rows, int64_t cols, Select
 // policy's plan, twice its lanes, and the policy's plan without clusters.
 template <typename T, const RowPolicy& kPolicy, typename Select, typename... Args>
 void TimeRow(const char* kernel, const char* dtype, int64_t rows, int64_t cols, Select select,
-             Args... args) {
+             LaunchScratch scratch, Args... args) {
   std::printf("%-8s %-8s %6lldx%-6lld", kernel, dtype, (long long)rows, (long long)cols);
   const struct {
     int lanes_scale;
     bool clusters;
   } plans[] = {{-2, true}, {1, true}, {2, true}, {1, false}};
   for (const auto& plan : plans)
-    TimePlan<T, kPolicy>(plan.lanes_scale, plan.clusters, rows, cols, select, args...);
+    TimePlan<T, kPolicy>(plan.lanes_scale, plan.clusters, rows, cols, select, scratch, args...);
   std::printf("\n");
 }
 
@@ -88,14 +88,14 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   BENCH_CHECK(cudaMemset(g, 0x3c, bytes));
   TimeRow<T, softmax::kForwardPolicy>(
       "forward", dtype, rows, cols,
-      softmax::SelectForwardKernel<T>{}, (const T*)x, y, rows, cols, RowCounter{row_counter});
+      softmax::SelectForwardKernel<T>{}, LaunchScratch{row_counter}, (const T*)x, y, rows, cols);
   TimeRow<T, softmax::kBackwardPolicy>(
       "backward", dtype, rows, cols,
-      softmax::SelectBackwardKernel<T>{},
+      softmax::SelectBackwardKernel<T>{}, LaunchScratch{},
       (const T*)y, (const T*)g, x, rows, cols);
   TimeRow<T, reduce_sum::kPolicy<T>>(
       "reduce", dtype, rows, cols,
-      reduce_sum::SelectReduceSumKernel<T>{},
+      reduce_sum::SelectReduceSumKernel<T>{}, LaunchScratch{},
       (const T*)x, y, rows, cols);
   BENCH_CHECK(cudaFree(x));
   BENCH_CHECK(cudaFree(y));

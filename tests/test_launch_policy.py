@@ -46,7 +46,8 @@ __global__ void NoKernel(int) {}
 int Refuse() {
   const RowLaunch plan = {8, 8192, 16, 512, 16, RowLayout::kHeldInCluster};
   const ffi::Error error = LaunchRowKernelAs<softmax::kForwardPolicy, 4>(
-      "launching", nullptr, plan, [](auto, auto, auto, const RowLaunch&) { return NoKernel; });
+      "launching", nullptr, plan, [](auto, auto, auto, const RowLaunch&) { return NoKernel; },
+      LaunchScratch{});
   printf("%s\n", error.failure() ? error.message().c_str() : "launched");
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "ffi_common.h"
+#include "pack_size.h"
 
 namespace jax_camp {
 
@@ -41,7 +42,7 @@ struct alignas(sizeof(T) * kPack) Pack {
 
 // Elements per 128-bit access.
 template <typename T>
-constexpr int kPack128 = 16 / sizeof(T);
+constexpr int kPack128 = PackElements(sizeof(T));
 
 // A compile-time int as an argument, for choosing a kernel template's instance.
 template <int N>

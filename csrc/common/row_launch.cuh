@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #include "cuda_common.cuh"
 #include "row_plan.h"
@@ -110,31 +111,28 @@ ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
   return clusters;
 }
 
-// A kernel's argument as launched: a RowCounter zeroed on the stream where the
-// kernel claims rows (see LaunchRowPlan), else null; anything else as it is.
-template <typename Arg>
-ffi::Error PrepareRowArg(Arg&, bool /*claims*/, cudaStream_t) {
-  return ffi::Error::Success();
-}
-inline ffi::Error PrepareRowArg(RowCounter& counter, bool claims, cudaStream_t stream) {
-  if (!claims) {
-    counter.claimed = nullptr;
-    return ffi::Error::Success();
-  }
-  return CheckCuda(cudaMemsetAsync(counter.claimed, 0, sizeof(unsigned), stream),
-                   "zeroing the row counter");
-}
+// The scratch memory that an op's custom call gives its row kernels' launches:
+// `row_counter`, one unsigned where kernels that claim rows count them
+// (RowCounter; softmax's forward), or null for an op whose kernels never do.
+struct LaunchScratch {
+  unsigned* row_counter = nullptr;
+};
 
-// kernel<<<plan>>>(args..., plan.lanes), in clusters of plan.cluster blocks.
+// Whether a kernel with these parameters claims rows from a RowCounter.
+template <typename... Params>
+constexpr bool kClaimsRows = (std::is_same_v<Params, RowCounter> || ...);
+
+// kernel<<<plan>>>(args..., plan.lanes), in clusters of plan.cluster blocks;
+// a kernel that claims rows gets (args..., RowCounter, plan.lanes).
 // A kernel that prefetches (PrefetchSharedBytes) gets one grid of resident
 // clusters, each taking its rows in turn, so that every row after a
 // cluster's first is loaded while the one before it is worked on. Where such
-// a grid's clusters would take more than
-// kMinRowsPerClaimingCluster rows each, a kernel given a RowCounter claims
-// them (ClaimedRows).
+// a grid's clusters would take more than kMinRowsPerClaimingCluster rows each,
+// they claim them (ClaimedRows) on scratch.row_counter, zeroed on the stream
+// first; elsewhere the kernel's RowCounter is null and its rows are static.
 template <typename... Params, typename... Args>
 ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch& plan,
-                         RowKernel<Params...> kernel, Args... args) {
+                         RowKernel<Params...> kernel, LaunchScratch scratch, Args... args) {
   const int prefetch_bytes = PrefetchSharedBytes(plan, kernel.prefetch_bytes_per_thread);
   int resident_clusters = 0;
   if (plan.cluster > kMaxPortableClusterBlocks || prefetch_bytes > 0) {
@@ -142,39 +140,48 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
     if (!resident.has_value()) return resident.error();
     resident_clusters = *resident;
   }
-  const bool claims =
-      resident_clusters > 0 &&
-      plan.rows > int64_t{kMinRowsPerClaimingCluster} * resident_clusters;
-  ffi::Error prepared;
-  (void)((prepared = PrepareRowArg(args, claims, stream)).success() && ...);  // to a failure
-  if (prepared.failure()) return prepared;
   cudaLaunchAttribute cluster_dims;
   cudaLaunchConfig_t config = RowLaunchConfig(plan, prefetch_bytes, stream, cluster_dims);
   if (resident_clusters > 0)  // a prefetching kernel's
     config.gridDim.x = std::min(plan.blocks, resident_clusters * plan.cluster);
-  return CheckCuda(cudaLaunchKernelEx(&config, kernel.function, args..., plan.lanes), what);
+  if constexpr (kClaimsRows<Params...>) {
+    if (scratch.row_counter == nullptr)
+      return ffi::Error::Internal(std::string(what) + ": a kernel that claims rows needs a row counter");
+    const bool claims =
+        resident_clusters > 0 &&
+        plan.rows > int64_t{kMinRowsPerClaimingCluster} * resident_clusters;
+    if (claims) {
+      JAX_CAMP_RETURN_IF_ERROR(CheckCuda(
+          cudaMemsetAsync(scratch.row_counter, 0, sizeof(unsigned), stream), "zeroing the row counter"));
+    }
+    const RowCounter counter{claims ? scratch.row_counter : nullptr};
+    return CheckCuda(cudaLaunchKernelEx(&config, kernel.function, args..., counter, plan.lanes), what);
+  } else {
+    return CheckCuda(cudaLaunchKernelEx(&config, kernel.function, args..., plan.lanes), what);
+  }
 }
 
 template <typename... Params, typename... Args>
 ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch& plan,
-                         void (*kernel)(Params...), Args... args) {
-  return LaunchRowPlan(what, stream, plan, RowKernel<Params...>{kernel, 0}, args...);
+                         void (*kernel)(Params...), LaunchScratch scratch, Args... args) {
+  return LaunchRowPlan(what, stream, plan, RowKernel<Params...>{kernel, 0}, scratch, args...);
 }
 
 // Launches select_kernel(IntTag<pack>, IntTag<chunk>, RowLayoutTag<layout>,
 // plan) (a kernel or a RowKernel; the plan is for kernels compiled for a team
-// size or a team a row) under `plan` with args..., plan.lanes. A team gets more
+// size or a team a row) under `plan` with `scratch` and args... (see
+// LaunchRowPlan). A team gets more
 // lanes than a block only once its threads hold the most they may, so rows
 // are streamed or held in clusters only at the largest chunk, and only that
 // chunk has kernels for those layouts: a kernel that holds its rows in one
 // block can then keep to the registers that this needs.
 template <const RowPolicy& kPolicy, int kPack, typename SelectKernel, typename... Args>
 ffi::Error LaunchRowKernelAs(const char* what, cudaStream_t stream, const RowLaunch& plan,
-                             SelectKernel select_kernel, Args... args) {
+                             SelectKernel select_kernel, LaunchScratch scratch, Args... args) {
   constexpr int kMaxChunk = ChunkPacks(kPolicy.max_chunk_elements, kPack);
   auto launch = [&](auto chunk, auto layout) {
     return LaunchRowPlan(what, stream, plan,
-                         select_kernel(IntTag<kPack>{}, chunk, layout, plan), args...);
+                         select_kernel(IntTag<kPack>{}, chunk, layout, plan), scratch, args...);
   };
   return DispatchChunk<kMaxChunk>(plan.chunk, [&](auto chunk) {
     if constexpr (decltype(chunk)::value == kMaxChunk) {
@@ -194,7 +201,8 @@ ffi::Error LaunchRowKernelAs(const char* what, cudaStream_t stream, const RowLau
 // LaunchRowKernelAs), in 128-bit packs when the rows are 16-byte aligned.
 template <typename T, const RowPolicy& kPolicy, typename SelectKernel, typename... Args>
 ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, int64_t cols,
-                           bool aligned, SelectKernel select_kernel, Args... args) {
+                           bool aligned, SelectKernel select_kernel, LaunchScratch scratch,
+                           Args... args) {
   auto sm_count = SmCount();
   if (!sm_count.has_value()) return sm_count.error();
   // Code compiled for Hopper loads only on GPUs that launch clusters.
@@ -205,8 +213,9 @@ ffi::Error LaunchRowKernel(const char* what, cudaStream_t stream, int64_t rows, 
   const int pack = RowPack(sizeof(T), cols, aligned);
   const RowLaunch plan =
       PlanRowLaunch(rows, cols / pack, kPolicy, RowTarget{pack, *architecture, *sm_count});
-  return pack == kPack ? LaunchRowKernelAs<kPolicy, kPack>(what, stream, plan, select_kernel, args...)
-                       : LaunchRowKernelAs<kPolicy, 1>(what, stream, plan, select_kernel, args...);
+  return pack == kPack
+             ? LaunchRowKernelAs<kPolicy, kPack>(what, stream, plan, select_kernel, scratch, args...)
+             : LaunchRowKernelAs<kPolicy, 1>(what, stream, plan, select_kernel, scratch, args...);
 }
 
 }  // namespace jax_camp

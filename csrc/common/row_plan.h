@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "pack_size.h"
+
 #ifdef __CUDACC__
 #define JAX_CAMP_HOST_DEVICE __host__ __device__
 #else
@@ -107,7 +109,7 @@ struct RowLaunch {
 // where the rows are 16-byte aligned (`aligned`: every pointer the kernel
 // touches is, and cols a multiple of a pack), else one.
 inline int RowPack(int item_bytes, int64_t cols, bool aligned) {
-  const int pack = 16 / item_bytes;
+  const int pack = PackElements(item_bytes);
   return aligned && cols % pack == 0 ? pack : 1;
 }
 

@@ -21,7 +21,7 @@ ffi::Error ReduceSumCuda(cudaStream_t stream, ffi::AnyBuffer x,
     T* sums = static_cast<T*>(out->untyped_data());
     return LaunchRowKernel<T, kPolicy<T>>(
         "launching reduce_sum", stream, rows, cols, IsAligned(in, 16),
-        SelectReduceSumKernel<T>{}, in, sums, rows, cols);
+        SelectReduceSumKernel<T>{}, LaunchScratch{}, in, sums, rows, cols);
   });
 }
 

@@ -13,7 +13,7 @@ namespace jax_camp::reduce_sum {
 constexpr RowPolicy PolicyFor(int item_bytes) {
   const bool is_16_bit = item_bytes == 2;
   RowPolicy policy;
-  policy.max_chunk_elements = 8 * (16 / item_bytes);  // 128 bytes in flight a thread (8 packs)
+  policy.max_chunk_elements = 8 * PackElements(item_bytes);  // 128 bytes in flight a thread
   policy.max_threads = 512;
   policy.team_lanes = 32;  // a warp's lanes a row where 8 packs each hold it
   // Teams of up to 2 warps (4 for 16-bit) share 256-thread blocks, several rows a block.

@@ -6,8 +6,9 @@
 namespace jax_camp::softmax {
 namespace {
 
-// row_counter: where the long rows' kernel counts the rows its teams claim
-// (RowCounter); its contents are not kept.
+// row_counter: the forward's scratch (LaunchScratch), where the kernel for long
+// rows counts the rows its teams claim; zeroed by the launch that claims, and
+// not kept.
 ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
                               ffi::Result<ffi::AnyBuffer> y,
                               ffi::Result<RowCounterBuffer> row_counter) {
@@ -24,7 +25,7 @@ ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
     T* out = static_cast<T*>(y->untyped_data());
     return LaunchRowKernel<T, kForwardPolicy>(
         "launching softmax", stream, rows, cols, IsAligned(in, 16) && IsAligned(out, 16),
-        SelectForwardKernel<T>{}, in, out, rows, cols, RowCounter{row_counter->typed_data()});
+        SelectForwardKernel<T>{}, LaunchScratch{row_counter->typed_data()}, in, out, rows, cols);
   });
 }
 
@@ -44,8 +45,7 @@ ffi::Error SoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBu
     const bool aligned = IsAligned(y_data, 16) && IsAligned(g_data, 16) && IsAligned(dx_data, 16);
     return LaunchRowKernel<T, kBackwardPolicy>(
         "launching softmax_backward", stream, rows, cols, aligned,
-        SelectBackwardKernel<T>{},
-        y_data, g_data, dx_data, rows, cols);
+        SelectBackwardKernel<T>{}, LaunchScratch{}, y_data, g_data, dx_data, rows, cols);
   });
 }
 
