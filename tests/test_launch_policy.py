@@ -1,13 +1,13 @@
 """The row kernels' launch plans (csrc/common/row_plan.h), checked without a GPU.
 
-The plans are host code: a small driver built with nvcc prints the plan that
-PlanRowLaunch makes for a shape, and the tests hold it to what the softmax and
-reduce_sum pages and tests/test_softmax.py say each row length gets: warp
-lanes, a block, a cluster of blocks (softmax only, Hopper only),
-or one block streaming the row; which plans prefetch their next row; which kernels are
-compiled for their lanes, and the blocks they then assume; and copy's and vector_add's grid
-(TileBlocks).
-Skips where nvcc is missing.
+The plans are host code, which the compiled module exposes (`_kernels.row_plan`):
+the tests hold them to what the softmax and reduce_sum pages and tests/test_softmax.py
+say each row length gets: warp lanes, a block, a cluster of blocks (softmax only, Hopper
+only), or one block streaming the row, and which plans prefetch their next row. A small
+driver built with nvcc checks what only CUDA code can show: which kernels are compiled
+for their lanes, and the blocks they then assume; the launcher refusing a plan it has no
+kernel for; the bytes the kernels prefetch; and copy's and vector_add's grid (TileBlocks).
+Those tests skip where nvcc is missing.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ import jax.ffi
 
 from background_compiles import BackgroundCompiles
 from helpers import NVCC, ROOT, progress
-
-pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+from jax_camp import _kernels
 
 DRIVER = r"""
 #include <cstdio>
@@ -146,20 +145,7 @@ int main(int argc, char** argv) {
   }
   if (!strcmp(argv[1], "prefetch")) return Prefetch();
   if (!strcmp(argv[1], "tiles")) return Tiles(atoll(argv[2]));
-  const char* kernel = argv[1];
-  const long rows = atol(argv[2]), cols = atol(argv[3]);
-  const int pack = atoi(argv[4]);
-  const int architecture = atoi(argv[5]);
-  const RowLaunch plan =
-      !strcmp(kernel, "forward")    ? Plan(softmax::kForwardPolicy, rows, cols, pack, architecture)
-      : !strcmp(kernel, "backward") ? Plan(softmax::kBackwardPolicy, rows, cols, pack, architecture)
-      // reduce_sum's policy is in bytes: float32 for packs of 4 (and unaligned rows), else bfloat16
-      // "reduce16": the 16-bit policy at any pack, unaligned rows' 1 too
-      : pack == 8 || !strcmp(kernel, "reduce16")
-          ? Plan(reduce_sum::kPolicy<__nv_bfloat16>, rows, cols, pack, architecture)
-                  : Plan(reduce_sum::kPolicy<float>, rows, cols, pack, architecture);
-  printf("%d %d %d %d %d %d %d\n", plan.lanes, plan.chunk, plan.threads, plan.cluster, plan.blocks,
-         static_cast<int>(plan.layout), PrefetchSharedBytes(plan, 1) > 0);
+  return 2;
 }
 """
 
@@ -176,23 +162,37 @@ COMPILES = BackgroundCompiles(__name__, {"driver": _driver_command}) if NVCC els
 
 
 @pytest.fixture(scope="module")
-def plan(request):
+def driver(request) -> Path:
+    """The driver's binary."""
+    if NVCC is None:
+        pytest.skip("needs nvcc")
     (folder, _, _), = COMPILES.wait(lambda line: progress(request.config, line)).values()
-    binary = folder / "driver"
-
-    def run(kernel: str, rows: int, cols: int, pack: int, architecture: int = 90) -> dict[str, int]:
-        out = subprocess.run([str(binary), kernel, str(rows), str(cols), str(pack), str(architecture)],
-                             capture_output=True, text=True, check=True).stdout.split()
-        lanes, chunk, threads, cluster, blocks, layout, prefetches = map(int, out)
-        holds = lanes * chunk >= cols // pack
-        return dict(lanes=lanes, chunk=chunk, threads=threads, cluster=cluster, blocks=blocks, holds=holds,
-                    layout=LAYOUTS[layout], prefetches=bool(prefetches))
-
-    run.binary = binary
-    return run
+    return folder / "driver"
 
 
-LAYOUTS = ("held", "held in a cluster", "streamed")  # RowLayout's order
+# The tests' names for the row kernels, as row_plan names them.
+ROW_KERNELS = {"forward": "softmax", "backward": "softmax_backward", "reduce": "reduce_sum",
+               "reduce16": "reduce_sum"}
+
+
+def _plan(kernel: str, rows: int, cols: int, pack: int, architecture: int = 90) -> dict:
+    """The plan for `kernel` ("reduce16": reduce_sum's 16-bit rows, at any pack) over rows of
+    `pack`-element packs (4: float32's 16 bytes, 8: a 16-bit type's, 1: unaligned rows), for
+    code compiled for `architecture` on the H200's 132 SMs."""
+    item_bytes = 2 if pack == 8 or kernel == "reduce16" else 4
+    p = _kernels.row_plan(ROW_KERNELS[kernel], rows, cols, item_bytes, aligned=pack != 1,
+                          architecture=architecture)
+    assert p["pack"] == pack, p
+    return dict(p, holds=p["lanes"] * p["chunk"] >= cols // pack, layout=LAYOUTS[p["layout"]])
+
+
+@pytest.fixture(scope="module")
+def plan():
+    return _plan
+
+
+# row_plan's layouts, as the tests write them.
+LAYOUTS = {"held": "held", "held_in_cluster": "held in a cluster", "streamed": "streamed"}
 
 
 # (kernel, cols, pack): (team, packs a thread, row held in registers). Teams within a
@@ -398,11 +398,11 @@ def test_grid_is_capped_and_whole_clusters(plan):
     ("packed", 64, "capped", 0), ("packed", 8, "whole", 0), ("packed", 256, "whole", 0),
     ("unaligned", 64, "whole", 0), ("streamed", 512, "whole", 0),
 ])
-def test_sums_of_short_packed_rows_have_their_lanes_compiled_in(plan, rows, lanes, grid, compiled_for):
+def test_sums_of_short_packed_rows_have_their_lanes_compiled_in(driver, rows, lanes, grid, compiled_for):
     """SelectReduceSumKernel: held rows in 16-byte packs of 32, 64 and 128 lanes (the camp's shapes),
     on a grid with a team for every row, get a kernel compiled for their lanes that sums one row a
     team; capped grids, other lanes, unaligned and streamed rows read them and loop over rows."""
-    out = subprocess.run([str(plan.binary), "compiled_lanes", rows, str(lanes), grid],
+    out = subprocess.run([str(driver), "compiled_lanes", rows, str(lanes), grid],
                          capture_output=True, text=True, check=True).stdout
     assert int(out) == compiled_for
 
@@ -412,10 +412,10 @@ def test_sums_of_short_packed_rows_have_their_lanes_compiled_in(plan, rows, lane
     ("held", 8, "whole", 0), ("held", 128, "capped", 0), ("streamed", 512, "whole", 0),
 ])
 def test_softmax_forward_takes_a_row_a_team_on_grids_with_a_team_for_each(
-        plan, layout, lanes, grid, team_per_row):
+        driver, layout, lanes, grid, team_per_row):
     """SelectForwardKernel: rows held by a warp or more, on a grid with a team for every row, get
     the kernel with no loop over rows; capped grids, teams of a few lanes and streamed rows loop."""
-    out = subprocess.run([str(plan.binary), "forward_team_per_row", layout, str(lanes), grid],
+    out = subprocess.run([str(driver), "forward_team_per_row", layout, str(lanes), grid],
                          capture_output=True, text=True, check=True).stdout
     assert int(out) == team_per_row
 
@@ -434,25 +434,25 @@ def test_softmax_capped_grid_shapes_take_warp_teams(plan, cols, pack):
     ("float32", 144, 1280, 128), ("bfloat16", 1008, 1280, 32), ("bfloat16", 2032, 2304, 64),
     ("bfloat16", 784, 3840, 128), ("bfloat16", 8192, 8192, 128),
 ])
-def test_sums_compiled_for_their_lanes_get_the_blocks_they_assume(plan, dtype, rows, cols, lanes):
+def test_sums_compiled_for_their_lanes_get_the_blocks_they_assume(driver, dtype, rows, cols, lanes):
     """A reduce_sum kernel compiled for its lanes takes its block's threads as a constant
     (TeamBlockThreads); its plan must launch it in blocks of that many threads."""
-    out = subprocess.run([str(plan.binary), "team_block", dtype, str(rows), str(cols)],
+    out = subprocess.run([str(driver), "team_block", dtype, str(rows), str(cols)],
                          capture_output=True, text=True, check=True).stdout
     planned_lanes, threads, assumed = map(int, out.split())
     assert (planned_lanes, threads) == (lanes, assumed)
 
 
-def test_launcher_refuses_a_plan_it_has_no_kernel_for(plan):
-    out = subprocess.run([str(plan.binary), "refuse"], capture_output=True, text=True, check=True).stdout
+def test_launcher_refuses_a_plan_it_has_no_kernel_for(driver):
+    out = subprocess.run([str(driver), "refuse"], capture_output=True, text=True, check=True).stdout
     assert "no kernel for this plan" in out
 
 
-def test_softmax_kernels_prefetch_16_byte_packs_only(plan):
+def test_softmax_kernels_prefetch_16_byte_packs_only(driver):
     """As softmax_kernel.cuh says (kForwardPrefetchBytes, kBackwardPrefetchBytes): a thread's
     packs of the next row (y's and g's for the backward) where the row is held in a cluster in
     16-byte packs, whatever the dtype; nothing for rows held by a block or unaligned rows."""
-    out = subprocess.run([str(plan.binary), "prefetch"], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([str(driver), "prefetch"], capture_output=True, text=True, check=True).stdout
     assert list(map(int, out.split())) == [256, 128, 0, 0, 256, 128]
 
 
@@ -477,7 +477,7 @@ def test_plans_prefetch_in_clusters_of_8_or_more_large_blocks(plan, kernel, cols
     ((2**31 - 1) * 256, str(2**31 - 1)),
     ((2**31 - 1) * 256 + 1, "copy: more elements than one grid of 2^31 - 1 blocks covers"),
 ])
-def test_elementwise_grid_covers_the_array_or_refuses(plan, packs, expected):
+def test_elementwise_grid_covers_the_array_or_refuses(driver, packs, expected):
     """One tile a block and no loop (ForBlockTile): a count one grid cannot cover is an error."""
-    out = subprocess.run([str(plan.binary), "tiles", str(packs)], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([str(driver), "tiles", str(packs)], capture_output=True, text=True, check=True).stdout
     assert out.strip() == expected
