@@ -3,7 +3,8 @@
 # build `pip install .` makes (no architecture override), README's test
 # command `pytest tests` whole with --backend cuda and --backend tilelang,
 # then compute-sanitizer's four tools over the GPU tests of both backends,
-# and the benchmark. A short summary comes last.
+# and the benchmark. A short summary comes last; the exit status is 1 if a
+# step failed.
 #
 #   scripts/gpu_check.sh [build] [cuda] [tilelang] [memcheck] [racecheck]
 #                        [synccheck] [initcheck] [sanitize] [bench]
@@ -178,9 +179,14 @@ fi
 if has bench; then
   # Stops starting cases in time to write what it has within a device call.
   run_step bench python3 benchmarks/run_ops.py --op all --backend all --mode all --no-progress \
-    --time-limit 540 --json "$out/h200.json" --plot "$out/h200.png"
+    --time-limit 540 --json "$out/h200.json" --plot "$out/h200.png" --markdown "$out/h200.md"
   cp "$out/bench.log" "$out/h200.txt"
 fi
+failed=0
 for name in build pytest-cuda pytest-tilelang sanitize bench; do
-  [ -f "$out/$name.summary" ] && cat "$out/$name.summary"
+  if [ -f "$out/$name.summary" ]; then
+    cat "$out/$name.summary"
+    grep -q "^$name  *exit 0 " "$out/$name.summary" || failed=1
+  fi
 done
+exit $failed
