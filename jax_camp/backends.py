@@ -43,7 +43,11 @@ def resolve(backend: str | None) -> str:
                 f"{ENV_VAR}={from_env!r} is not a jax_camp backend; choose one of {BACKENDS}"
             )
         return from_env
-    if not isinstance(backend, str) or backend not in BACKENDS:
+    if not isinstance(backend, str):
+        raise TypeError(
+            f"backend must be None or a str, one of {BACKENDS}; got {type(backend).__name__} {backend!r}"
+        )
+    if backend not in BACKENDS:
         raise ValueError(
             f"backend={backend!r} is not a jax_camp backend; choose None or one of {BACKENDS}"
         )

@@ -30,6 +30,13 @@ def test_unknown_backend_lists_choices(op):
         OPS[op](jnp.ones((2, 3)), "triton")
 
 
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("backend", [0, True, ("cuda",)])
+def test_a_backend_of_the_wrong_type_is_a_type_error(op, backend):
+    with pytest.raises(TypeError, match="backend must be None or a str"):
+        OPS[op](jnp.ones((2, 3)), backend)
+
+
 def test_environment_sets_the_default(monkeypatch):
     x = jnp.ones((2, 8))
     monkeypatch.setenv("JAX_CAMP_BACKEND", "xla")
@@ -76,13 +83,15 @@ def test_default_backend_lowers_for_either_platform():
 # running for several waves of blocks; a kernel that read a stale or
 # half-written buffer would be off by whole values, far past the tolerance for
 # the ops' different rounding. Each step's result broadcasts against
-# (4096, 1024), at about unit scale.
+# (4096, 1024) and keeps the chain bounded: reduce_sum's sums of 65536 values
+# are scaled so that the part every row shares does not grow from step to
+# step, which would magnify the two sides' rounding.
 CHAINED_STEPS = {
     "copy": lambda y, b: jax_camp.copy(jax_camp.copy(y, backend=b), backend=b),
     "vector_add": lambda y, b: jax_camp.vector_add(
         jax_camp.vector_add(y, y, backend=b), y, backend=b),
     "reduce_sum": lambda y, b: jnp.repeat(jax_camp.reduce_sum(
-        jax_camp.reduce_sum(y, backend=b).reshape(64, 64), backend=b), 64)[:, None] / 256,
+        jax_camp.reduce_sum(y, backend=b).reshape(64, 64), backend=b), 64)[:, None] / 16384,
     "softmax": lambda y, b: jax_camp.softmax(jax_camp.softmax(y, backend=b), backend=b) * 1024,
 }
 

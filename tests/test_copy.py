@@ -62,6 +62,13 @@ def test_jit_vmap_grad(backend):
     np.testing.assert_array_equal(f64(g), f64(w))
 
 
+def test_keeps_a_weak_type_as_jnp_copy(backend):
+    weak = jnp.asarray(1.5) + jnp.zeros(4)
+    for x in (weak, 1.5, jnp.ones(4)):
+        out, expected = jax_camp.copy(x, backend=backend), jnp.copy(x)
+        assert (out.dtype, jax.typeof(out).weak_type) == (expected.dtype, jax.typeof(expected).weak_type)
+
+
 def test_lowered_hlo_holds_the_kernel(backend):
     if backend == "xla":
         pytest.skip("the xla backend is plain JAX by design")

@@ -92,6 +92,44 @@ def test_rejects_unsupported_dtype(backend):
         jax_camp.vector_add(jnp.ones(3), jnp.ones(3, jnp.int32), backend=backend)
 
 
+# Operands as jnp.add takes them: arrays of each dtype, a weakly typed array, Python scalars.
+PROMOTION_OPERANDS = {
+    "float32": lambda: jnp.ones(5, jnp.float32), "bfloat16": lambda: jnp.ones(5, jnp.bfloat16),
+    "weak": lambda: jnp.asarray(1.5) + jnp.zeros(5), "int": lambda: 2, "float": lambda: 0.5,
+    "bool": lambda: True,
+}
+
+
+@pytest.mark.parametrize("x_kind", PROMOTION_OPERANDS)
+@pytest.mark.parametrize("y_kind", PROMOTION_OPERANDS)
+def test_promotes_and_keeps_weak_types_as_jnp_add(x_kind, y_kind, backend):
+    """A Python int, float or bool takes the other operand's dtype, and the result is weakly
+    typed exactly where jnp.add's is (so that it promotes alike afterwards)."""
+    x, y = PROMOTION_OPERANDS[x_kind](), PROMOTION_OPERANDS[y_kind]()
+    expected = jnp.add(x, y)
+    if expected.dtype not in (jnp.float32, jnp.bfloat16, jnp.float16):  # two Python ints or bools
+        with pytest.raises(TypeError, match=r"jax_camp.vector_add: x \+ y has dtype"):
+            jax_camp.vector_add(x, y, backend=backend)
+        return
+    # Eagerly, and traced with the operands as constants of the program, as scalars in code are.
+    for f in (jax_camp.vector_add, lambda x, y, backend: jax.jit(lambda: jax_camp.vector_add(x, y, backend=backend))()):
+        out = f(x, y, backend=backend)
+        assert (out.dtype, jax.typeof(out).weak_type) == (expected.dtype, jax.typeof(expected).weak_type)
+        np.testing.assert_array_equal(f64(out), f64(expected))
+        assert (out + jnp.ones((), jnp.bfloat16)).dtype == (expected + jnp.ones((), jnp.bfloat16)).dtype
+
+
+def test_a_python_float_keeps_the_array_dtype_under_x64(backend):
+    with jax.enable_x64(True):
+        out = jax_camp.vector_add(jnp.ones(3, jnp.float32), 1.5, backend=backend)
+    assert out.dtype == jnp.float32
+
+
+def test_rejects_a_list(backend):
+    with pytest.raises(TypeError, match="jax_camp.vector_add: x must be an array or a scalar, got list"):
+        jax_camp.vector_add([1.0, 2.0], 1.0, backend=backend)
+
+
 def test_rejects_shapes_that_do_not_broadcast(backend):
     with pytest.raises(ValueError, match=r"jax_camp.vector_add: shapes \(3,\) and \(4,\) do not broadcast"):
         jax_camp.vector_add(jnp.ones(3), jnp.ones(4), backend=backend)

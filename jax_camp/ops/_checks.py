@@ -9,6 +9,7 @@ from typing import Sequence, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src.lax import lax as _lax_internal
 
 from jax_camp.ops._spec import SUPPORTED_DTYPE_NAMES, SUPPORTED_DTYPES
 
@@ -16,21 +17,46 @@ from jax_camp.ops._spec import SUPPORTED_DTYPE_NAMES, SUPPORTED_DTYPES
 Axis = Union[int, Sequence[int], None]
 
 
-def float_array(op: str, name: str, x: jax.typing.ArrayLike) -> jax.Array:
-    """``x`` as a JAX array of a dtype jax_camp has kernels for."""
-    dtype = jnp.result_type(x)
+# What jnp's functions take as an array argument: arrays and scalars, not
+# lists or tuples (jnp.add([1.0], 2) is a TypeError too).
+_ARRAY_LIKE = (jax.Array, np.ndarray, np.generic, bool, int, float)
+
+
+def array_like(op: str, name: str, x: object) -> jax.Array:
+    """``x`` as a JAX array, keeping a Python scalar's weak type; a TypeError names the op and
+    the argument for anything but an array or a scalar."""
+    if not isinstance(x, _ARRAY_LIKE) and not hasattr(x, "__jax_array__"):
+        raise TypeError(f"jax_camp.{op}: {name} must be an array or a scalar, got {type(x).__name__}")
+    return jnp.asarray(x)
+
+
+def check_dtype(op: str, name: str, dtype: jnp.dtype) -> None:
     if dtype not in SUPPORTED_DTYPES:
         raise TypeError(
             f"jax_camp.{op}: {name} has dtype {dtype}; supported dtypes are {SUPPORTED_DTYPE_NAMES}"
         )
-    return jnp.asarray(x)
 
 
-def normalize_axes(op: str, axis: Axis, ndim: int, *, allow_none: bool) -> tuple[int, ...]:
+def float_array(op: str, name: str, x: jax.typing.ArrayLike) -> jax.Array:
+    """``x`` as a JAX array of a dtype jax_camp has kernels for."""
+    x = array_like(op, name, x)
+    check_dtype(op, name, x.dtype)
+    return x
+
+
+def weakly_typed_as(y: jax.Array, weak: bool) -> jax.Array:
+    """``y``, weakly typed where jnp's result would be (``weak``): a kernel's output is strongly
+    typed, and a weak result must stay weak to promote as JAX's would (``1.0 + bfloat16`` is
+    bfloat16). JAX has no public way to mark a value weak; its lax module's conversion takes
+    the flag."""
+    if not weak:
+        return y
+    return _lax_internal._convert_element_type(y, jnp.dtype(y.dtype), weak_type=True)
+
+
+def normalize_axes(op: str, axis: Axis, ndim: int) -> tuple[int, ...]:
     """``axis`` as sorted non-negative ints; None means every axis."""
     if axis is None:
-        if not allow_none:
-            raise TypeError(f"jax_camp.{op}: axis must be an int or a tuple of ints, got None")
         return tuple(range(ndim))
     axes = (axis,) if isinstance(axis, (int, np.integer)) else axis
     if not isinstance(axes, (tuple, list)) or not all(

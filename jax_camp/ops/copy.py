@@ -21,10 +21,11 @@ registration.register(COPY)
 
 
 def copy(x: jax.typing.ArrayLike, *, backend: str | None = None) -> jax.Array:
-    """A copy of ``x``: same shape, dtype and values, in a new buffer.
+    """A copy of ``x``: same shape, dtype and values, in a new buffer, weakly typed where ``x``
+    is (as ``jnp.copy``).
 
     Args:
-      x: a float32, bfloat16 or float16 array.
+      x: a float32, bfloat16 or float16 array, or a Python float.
       backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
         "xla"; see ``jax_camp.backends``.
     """
@@ -38,7 +39,7 @@ def _copy(x: jax.Array, backend: str) -> jax.Array:
         return jnp.copy(x)
     if x.size == 0:
         return jnp.empty_like(x)
-    return _copy_kernel(x, backend)
+    return _checks.weakly_typed_as(_copy_kernel(x, backend), jax.typeof(x).weak_type)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(1,))

@@ -56,7 +56,7 @@ def reduce_sum(
     """
     backend = backends.resolve(backend)
     x = _checks.float_array("reduce_sum", "x", x)
-    axes = _checks.normalize_axes("reduce_sum", axis, x.ndim, allow_none=True)
+    axes = _checks.normalize_axes("reduce_sum", axis, x.ndim)
     return _reduce_sum(x, axes, bool(keepdims), backend)
 
 

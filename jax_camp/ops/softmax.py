@@ -73,7 +73,7 @@ registration.register(SOFTMAX_BACKWARD)
 
 def softmax(
     x: jax.typing.ArrayLike,
-    axis: int | tuple[int, ...] = -1,
+    axis: int | tuple[int, ...] | None = -1,
     *,
     backend: str | None = None,
 ) -> jax.Array:
@@ -81,7 +81,8 @@ def softmax(
 
     Args:
       x: a float32, bfloat16 or float16 array.
-      axis: the axis, or tuple of axes, to normalize over (negative allowed).
+      axis: the axis, or tuple of axes, to normalize over (negative allowed);
+        None normalizes over every axis.
       backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
         "xla"; see ``jax_camp.backends``.
 
@@ -92,7 +93,7 @@ def softmax(
     """
     backend = backends.resolve(backend)
     x = _checks.float_array("softmax", "x", x)
-    axes = _checks.normalize_axes("softmax", axis, x.ndim, allow_none=False)
+    axes = _checks.normalize_axes("softmax", axis, x.ndim)
     return _softmax(x, axes, backend)
 
 

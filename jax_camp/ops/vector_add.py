@@ -28,17 +28,28 @@ def vector_add(
     """Elementwise ``x + y``, as ``jnp.add``.
 
     Args:
-      x, y: float32, bfloat16 or float16 arrays (or scalars) whose shapes
-        broadcast together; mixed dtypes promote as in ``jnp.add``.
+      x, y: float32, bfloat16 or float16 arrays, or Python scalars, whose
+        shapes broadcast together. They promote as in ``jnp.add``: a Python
+        int, float or bool takes the other operand's dtype, and the result is
+        weakly typed where both operands are.
       backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
         "xla"; see ``jax_camp.backends``.
 
     Raises:
+      TypeError: for an integer or other unsupported array, or operands that
+        promote to a dtype without a kernel (two Python ints).
       ValueError: if the shapes do not broadcast.
     """
     backend = backends.resolve(backend)
-    x = _checks.float_array("vector_add", "x", x)
-    y = _checks.float_array("vector_add", "y", y)
+    operands = []
+    for name, v in (("x", x), ("y", y)):
+        array = _checks.array_like("vector_add", name, v)
+        # A Python scalar (weakly typed once traced) takes the other operand's dtype.
+        if not isinstance(v, (bool, int, float)) and not jax.typeof(array).weak_type:
+            _checks.check_dtype("vector_add", name, array.dtype)
+        operands.append(array)
+    x, y = operands
+    _checks.check_dtype("vector_add", "x + y", jnp.result_type(x, y))
     try:
         shape = jnp.broadcast_shapes(x.shape, y.shape)
     except ValueError:
@@ -53,13 +64,14 @@ def _vector_add(x: jax.Array, y: jax.Array, shape: tuple[int, ...], backend: str
     if not backends.uses_kernels(backend):
         return x + y
     dtype = jnp.result_type(x, y)
+    weak = jax.eval_shape(jnp.add, x, y).weak_type  # jnp.add's, to the letter
     if any(d == 0 for d in shape):
-        return jnp.empty(shape, dtype)
+        return _checks.weakly_typed_as(jnp.empty(shape, dtype), weak)
     # Broadcasting happens here, in JAX, so that the kernel sees equal shapes
     # and grad sums the cotangent over broadcast dims by itself.
-    x = jnp.broadcast_to(x.astype(dtype), shape)
-    y = jnp.broadcast_to(y.astype(dtype), shape)
-    return _vector_add_kernel(x, y, backend)
+    xs = jnp.broadcast_to(x.astype(dtype), shape)
+    ys = jnp.broadcast_to(y.astype(dtype), shape)
+    return _checks.weakly_typed_as(_vector_add_kernel(xs, ys, backend), weak)
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
