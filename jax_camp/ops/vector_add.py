@@ -31,7 +31,7 @@ def vector_add(
       x, y: float32, bfloat16 or float16 arrays, or Python scalars, whose
         shapes broadcast together. They promote as in ``jnp.add``: a Python
         int, float or bool takes the other operand's dtype, and the result is
-        weakly typed where both operands are.
+        weakly typed where jnp.add's would be.
       backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
         "xla"; see ``jax_camp.backends``.
 
