@@ -9,7 +9,11 @@ from typing import Sequence, Union
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax._src.lax import lax as _lax_internal
+
+try:  # JAX marks a value weak only through this private conversion (weakly_typed_as)
+    from jax._src.lax.lax import _convert_element_type
+except ImportError:
+    _convert_element_type = None
 
 from jax_camp.ops._spec import SUPPORTED_DTYPE_NAMES, SUPPORTED_DTYPES
 
@@ -48,10 +52,11 @@ def weakly_typed_as(y: jax.Array, weak: bool) -> jax.Array:
     """``y``, weakly typed where jnp's result would be (``weak``): a kernel's output is strongly
     typed, and a weak result must stay weak to promote as JAX's would (``1.0 + bfloat16`` is
     bfloat16). JAX has no public way to mark a value weak; its lax module's conversion takes
-    the flag."""
-    if not weak:
+    the flag. Were that private function to go, results would stay strongly typed (and the
+    weak-type tests fail), not the import."""
+    if not weak or _convert_element_type is None:
         return y
-    return _lax_internal._convert_element_type(y, jnp.dtype(y.dtype), weak_type=True)
+    return _convert_element_type(y, jnp.dtype(y.dtype), weak_type=True)
 
 
 def normalize_axes(op: str, axis: Axis, ndim: int) -> tuple[int, ...]:
