@@ -145,7 +145,7 @@ def geomean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
 
 
-def lowest(pairs: Sequence[tuple[float, Row]]) -> tuple[float | None, str | None]:
+def _lowest(pairs: Sequence[tuple[float, Row]]) -> tuple[float | None, str | None]:
     if not pairs:
         return None, None
     value, row = min(pairs, key=lambda p: p[0])
@@ -167,9 +167,9 @@ def summarize(rows: Sequence[Row]) -> list[dict[str, Any]]:
                 if r.kind == HOST and (r.bench or {}).get("vs_xla")]
         large = [(r.bench["pct_of_ceiling"], r) for r in cases
                  if r.bytes_moved >= LARGE_BYTES and (r.bench or {}).get("pct_of_ceiling")]
-        min_ratio, min_case = lowest([(vs["ratio"], r) for vs, r in compared])
-        min_device, min_device_case = lowest(device)
-        min_pct, min_pct_case = lowest(large)
+        min_ratio, min_case = _lowest([(vs["ratio"], r) for vs, r in compared])
+        min_device, min_device_case = _lowest(device)
+        min_pct, min_pct_case = _lowest(large)
         tested = [r for r in members if r.test]
         summary.append({
             "op": op, "backend": backend, "cases": len(cases),

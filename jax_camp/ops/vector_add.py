@@ -63,8 +63,8 @@ def vector_add(
 def _vector_add(x: jax.Array, y: jax.Array, shape: tuple[int, ...], backend: str) -> jax.Array:
     if not backends.uses_kernels(backend):
         return x + y
-    dtype = jnp.result_type(x, y)
-    weak = jax.eval_shape(jnp.add, x, y).weak_type  # jnp.add's, to the letter
+    expected = jax.eval_shape(jnp.add, x, y)  # jnp.add's dtype and weak type, to the letter
+    dtype, weak = expected.dtype, expected.weak_type
     if any(d == 0 for d in shape):
         return _checks.weakly_typed_as(jnp.empty(shape, dtype), weak)
     # Broadcasting happens here, in JAX, so that the kernel sees equal shapes
