@@ -31,7 +31,9 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false
 export PYTHONUNBUFFERED=1
 # README's `pytest tests`: the console script keeps the source tree off
 # sys.path, as `python3 -P -m pytest` does with the python3 that holds jax.
-pytest="python3 -P -m pytest -q -p no:cacheprovider"
+# --require-backend: a backend that cannot run fails its tests rather than
+# skipping them, so that a missing GPU or TileLang never reads as a pass.
+pytest="python3 -P -m pytest -q -p no:cacheprovider --require-backend"
 # The test files that launch no kernel of ours (compiler output, host plans,
 # CMake's configuration, the harness's CPU checks, install checks) stay out of
 # the sanitizers' runs.

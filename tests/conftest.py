@@ -5,6 +5,8 @@
     pytest tests --backend tilelang   # the TileLang kernels (skipped without a GPU)
     pytest tests --backend cpu        # the C++ host kernels
     pytest tests --backend xla        # plain JAX, the reference itself
+
+``--require-backend`` turns those skips into failures (scripts/gpu_check.sh passes it).
 """
 
 from __future__ import annotations
@@ -24,6 +26,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         choices=_CHOICES,
         help="jax_camp backend under test; 'default' passes backend=None",
     )
+    parser.addoption(
+        "--require-backend",
+        action="store_true",
+        help="fail, rather than skip, the tests whose --backend cannot run here",
+    )
 
 
 def has_gpu() -> bool:
@@ -37,12 +44,17 @@ def has_gpu() -> bool:
 def backend(request: pytest.FixtureRequest) -> str | None:
     """The value the op tests pass as ``backend=``."""
     name = request.config.getoption("--backend")
+    missing = None
     if name in ("cuda", "tilelang") and not has_gpu():
-        pytest.skip(f"--backend {name} needs a GPU")
-    if name == "tilelang" and importlib.util.find_spec("tilelang") is None:
-        pytest.skip("--backend tilelang needs `pip install .[tilelang]`")
-    if name == "cpu" and jax.default_backend() != "cpu":
-        pytest.skip("--backend cpu runs on a CPU-only jax (the default device here is a GPU)")
+        missing = f"--backend {name} needs a GPU"
+    elif name == "tilelang" and importlib.util.find_spec("tilelang") is None:
+        missing = "--backend tilelang needs `pip install .[tilelang]`"
+    elif name == "cpu" and jax.default_backend() != "cpu":
+        missing = "--backend cpu runs on a CPU-only jax (the default device here is a GPU)"
+    if missing and request.config.getoption("--require-backend"):
+        pytest.fail(missing + " (--require-backend)")
+    if missing:
+        pytest.skip(missing)
     return None if name == "default" else name
 
 
