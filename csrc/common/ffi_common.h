@@ -13,7 +13,7 @@ namespace jax_camp {
 namespace ffi = xla::ffi;
 
 // An op's scratch output for its GPU kernel's row counter (softmax's; see
-// RowCounter in row_prefetch.cuh): one uint32, which the host kernel ignores.
+// RowCounter in row_team.cuh): one uint32, which the host kernel ignores.
 using RowCounterBuffer = ffi::Buffer<ffi::U32, 1>;
 
 // A buffer seen as rows x cols: leading dims collapse into rows, the last dim

@@ -1,5 +1,5 @@
 // Hopper's asynchronous data movement, as the row kernels' cluster teams use
-// it (row_team.cuh, row_prefetch.cuh): mbarriers that count arriving bytes, bulk copies from
+// it (row_team.cuh, ../softmax/softmax_prefetch.cuh): mbarriers that count arriving bytes, bulk copies from
 // global into shared memory by the TMA engine, and stores into another
 // cluster block's shared memory that count in on that block's mbarrier. Only
 // sm_90 and newer run these: the launcher plans cluster teams only there, and

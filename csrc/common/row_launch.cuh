@@ -14,7 +14,7 @@
 
 #include "cuda_common.cuh"
 #include "row_plan.h"
-#include "row_prefetch.cuh"
+#include "row_team.cuh"
 
 namespace jax_camp {
 

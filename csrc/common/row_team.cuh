@@ -8,8 +8,7 @@
 // shared memory. Each thread holds a chunk of its row in registers (RowChunk):
 // kChunk packs, loaded ahead of their use, so that many loads are in flight. A
 // row that fits in one chunk per thread is read from memory once, however many
-// passes the kernel makes. The launch plan (row_plan.h) picks the team;
-// row_prefetch.cuh holds what long rows' cluster teams add.
+// passes the kernel makes. The launch plan (row_plan.h) picks the team.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -296,6 +295,15 @@ __device__ __forceinline__ void ForEachChunkOf(int64_t packs, int chunk_packs, F
   for (int64_t first = 0; first < packs; first += chunk_packs)
     f(first, static_cast<int>(packs - first < chunk_packs ? packs - first : chunk_packs));
 }
+
+// A count of the rows that a kernel's teams have claimed (softmax's
+// ClaimedRows): one unsigned in global memory that comes with each call (an
+// output of the custom call), so that calls in flight at once never share it.
+// A kernel parameter; LaunchRowPlan zeroes it on the stream where the plan
+// claims rows, and passes it null where it does not.
+struct RowCounter {
+  unsigned* claimed;
+};
 
 template <int kPack, typename T>
 __device__ __forceinline__ void StorePack(T* dst, const float (&values)[kPack]) {

@@ -22,8 +22,8 @@
 
 #include <cstdint>
 
-#include "../common/row_prefetch.cuh"
 #include "softmax_policy.h"
+#include "softmax_prefetch.cuh"
 
 namespace jax_camp::softmax {
 

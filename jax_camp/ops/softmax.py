@@ -52,7 +52,7 @@ SOFTMAX = OpSpec(
     along_rows=True,
     combine_across_devices=_softmax_across_devices,
     # A row counter, where the long-row CUDA kernel counts the rows its
-    # thread-block clusters claim (RowCounter, csrc/common/row_prefetch.cuh).
+    # thread-block clusters claim (RowCounter, csrc/common/row_team.cuh).
     # XLA allocates it with the call, so calls in flight at once never share one.
     scratch_results=(jax.ShapeDtypeStruct((1,), jnp.uint32),),
 )

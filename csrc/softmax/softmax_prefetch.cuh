@@ -1,15 +1,15 @@
-// What long rows' cluster teams add to a RowTeam (row_team.cuh): loading the
-// team's next row into shared memory while it works on this one (NextRow),
-// and claiming rows from a counter as teams free up (ClaimedRows). Hopper
-// only, as the cluster teams are.
+// What softmax's long rows, held in thread-block clusters, add to a RowTeam
+// (../common/row_team.cuh): loading the team's next row into shared memory
+// while it works on this one (NextRow), and claiming rows from a counter as
+// teams free up (ClaimedRows). Hopper only, as the cluster teams are.
 #pragma once
 
 #include <cstdint>
 
-#include "hopper.cuh"
-#include "row_team.cuh"
+#include "../common/hopper.cuh"
+#include "../common/row_team.cuh"
 
-namespace jax_camp {
+namespace jax_camp::softmax {
 
 // A block's share of its team's next row, loaded into shared memory while
 // the team works on the row it holds (a row held whole, 16-byte packs). The
@@ -92,15 +92,6 @@ class NextRow {
   unsigned phase_ = 0;
 };
 
-// A count of the rows that prefetching cluster teams have claimed (ClaimedRows):
-// one unsigned in global memory that comes with each call (an output of the
-// custom call), so that calls in flight at once never share it. A kernel
-// parameter; LaunchRowPlan zeroes it on the stream where the plan claims rows,
-// and passes it null where it does not.
-struct RowCounter {
-  unsigned* claimed;
-};
-
 // The shared memory of a block's ClaimedRows: the claim its team's first
 // block pushed, and the barrier it counts in on.
 struct ClaimSlot {
@@ -172,4 +163,4 @@ class ClaimedRows {
   unsigned parity_ = 0;
 };
 
-}  // namespace jax_camp
+}  // namespace jax_camp::softmax
