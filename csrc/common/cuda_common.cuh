@@ -1,6 +1,6 @@
-// Device-side pieces shared by the CUDA kernels and their launchers: float32
-// conversions for the 16-bit types, aligned packs for 128-bit memory access,
-// warp and block reductions, and turning a cudaError_t into an ffi::Error.
+// Device-side pieces shared by the CUDA kernels and their launchers: 16-bit float
+// conversions, packs for 128-bit memory access, warp and block reductions, cached
+// device queries, the elementwise tile launch, and cudaError_t to ffi::Error.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -54,12 +54,8 @@ inline bool IsAligned(const void* ptr, size_t bytes) {
   return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
 }
 
-// Packs in registers as raw bits in 32-bit words (two 16-bit values a word),
-// converted to float32 where used. Loads and stores go through whole words,
-// so they stay 128-bit: a Pack<__nv_bfloat16, 8> read element by element
-// compiled to eight 16-bit loads. And nvcc keeps arrays of plain words in
-// registers, where arrays of __nv_bfloat16 (and of unsigned short) went to
-// the stack.
+// Values as raw bits in 32-bit words (two 16-bit values per word), converted to float32
+// where used: whole words keep accesses 128-bit and stay in registers, unlike __nv_bfloat16 arrays.
 template <typename T>
 struct ValueBits;
 template <>
@@ -108,9 +104,8 @@ struct ValueBits<__half> {
   }
 };
 
-// kPack values of T as 32-bit words in registers. In memory a pack is one
-// access of kPack * sizeof(T) bytes (a lone 16-bit value is loaded as such and
-// widened).
+// kPack values of T as 32-bit words in registers. In memory a pack is one access of
+// kPack * sizeof(T) bytes (a lone 16-bit value is loaded as such and widened).
 template <typename T, int kPack>
 struct PackedBits {
   using MemoryWord = std::conditional_t<(sizeof(T) * kPack >= 4), unsigned, unsigned short>;
@@ -120,10 +115,8 @@ struct PackedBits {
   using MemoryPack = Pack<MemoryWord, kWords>;
   unsigned words[kWords];
 
-  // 16-byte packs move as one 128-bit access. The store is spelled out in
-  // PTX (dst must be global memory): written through a struct or a uint4,
-  // nvcc's optimizer split some of the row kernels' stores into four 4-byte
-  // ones.
+  // 16-byte packs move as one 128-bit access. That store is written in PTX, so dst
+  // must be in global memory; in C++, nvcc split some of them into 4-byte stores.
   __device__ __forceinline__ void Load(const MemoryPack* src) {
     if constexpr (sizeof(MemoryPack) == 16) {
       const uint4 v = *reinterpret_cast<const uint4*>(src);
@@ -177,26 +170,18 @@ __device__ __forceinline__ float ShuffleXor(float v, int offset) {
   return __shfl_xor_sync(0xffffffffu, v, offset);
 }
 
-// Butterfly reduction within each group of `width` lanes (a power of two up
-// to 32): every lane ends with its group's result, in a fixed order, so sums
-// are bitwise reproducible.
+// Butterfly reduction within each group of `width` lanes (a power of two up to 32),
+// called by the whole warp: every lane gets its group's result, in a fixed order.
 template <typename V, typename Op>
 __device__ __forceinline__ V WarpReduce(V v, Op op, int width = 32) {
   for (int offset = width / 2; offset > 0; offset >>= 1) v = op(v, ShuffleXor(v, offset));
   return v;
 }
 
-// Tree reduction over a team of `team_warps` warps from `first_warp` on (a
-// power of two; the whole block, a power of two of 32 threads or more, is
-// blockDim.x / 32 warps from 0):
-// warps reduce in registers, then every warp reduces its team's warps'
-// results from shared memory by the same butterfly, so every thread returns
-// its team's result, the same bits in each. One barrier, the block's (every
-// team of the block reduces at once): callers alternate between two
-// `warp_results` arrays, and a thread writes one again only after the
-// barrier of the reduction between, which every thread reaches after its
-// reads of this one. Against a leading barrier and a serial sum over the
-// warps, the 16 warps of a 512-thread block combine in 4 steps instead of 15.
+// Tree reduction over a team of `team_warps` warps (a power of two) from `first_warp`;
+// the whole block (a power of two of at least 32 threads) is blockDim.x / 32 from 0.
+// Every thread of the block calls it and gets its team's result, the same bits in each.
+// One barrier per call suffices as long as callers alternate two `warp_results` arrays.
 template <typename V, typename Op>
 __device__ __forceinline__ V BlockReduce(V v, Op op, V* warp_results, int team_warps,
                                          int first_warp) {
@@ -212,9 +197,8 @@ inline ffi::Error CheckCuda(cudaError_t status, const char* what) {
                               cudaGetErrorString(status) + ")");
 }
 
-// query(device, &value) for the current device, asked once per device and
-// kept under Key: a handler runs on XLA's launch path, where every host
-// microsecond can leave the GPU idle between small kernels.
+// query(device, &value) for the current device, asked once per device and kept under
+// Key, since handlers run on XLA's launch path where host time can leave the GPU idle.
 template <typename Key, typename Query>
 ffi::ErrorOr<int> CachedPerDevice(Query query, const char* what) {
   constexpr int kMaxDevices = 64;
@@ -245,23 +229,17 @@ inline ffi::ErrorOr<int> SmCount() {
   return CachedDeviceAttribute<cudaDevAttrMultiProcessorCount>();
 }
 
-// Internal to each file that includes this header, so that each file asks
-// about its own code.
+// Internal to each file that includes this header, so that each asks about its own code.
 namespace {
 
-// An empty kernel, compiled with the file's other kernels and loaded with
-// them; a template, so that only files that ask (KernelArchitecture) carry it.
+// An empty kernel loaded with the file's others; a template, so only files that ask carry it.
 template <int kUnused = 0>
 __global__ void ArchitectureProbe() {}
 struct ArchitectureProbeKey {};
 
-// The architecture this file's kernels run as on the current device: the
-// virtual architecture of the code the driver loaded for it, which is what
-// __CUDA_ARCH__ was when that code was compiled. It can be older than the
-// device: on a GPU that a build has no machine code for, the driver compiles
-// the newest PTX the build carries, and there every Hopper path of code
-// compiled for an older architecture traps. The launch plans take it from
-// here, never from the device alone.
+// The __CUDA_ARCH__ of the code the driver loaded for this file's kernels on the current
+// device. It is older than the device where the driver had to compile older PTX, and such
+// code traps on Hopper paths, so launch plans must use this, never the device's own.
 inline ffi::ErrorOr<int> KernelArchitecture() {
   return CachedPerDevice<ArchitectureProbeKey>(
       [](int, int* value) {
@@ -275,8 +253,7 @@ inline ffi::ErrorOr<int> KernelArchitecture() {
 
 }  // namespace
 
-// Blocks of `threads` for ForBlockTile over `count` items, kUnroll a
-// thread: the grid covers the work in one sweep, each block one tile.
+// Blocks of `threads` for ForBlockTile over `count` items, kUnroll per thread: a tile each.
 template <int kUnroll>
 ffi::ErrorOr<int> TileBlocks(int64_t count, int threads, const char* what) {
   const int64_t tile = int64_t{threads} * kUnroll;
@@ -288,12 +265,9 @@ ffi::ErrorOr<int> TileBlocks(int64_t count, int threads, const char* what) {
   return static_cast<int>(blocks);
 }
 
-// store(i, load(i)) for the items of this block's tile below `count`: tile
-// b is the blockDim.x * kUnroll consecutive items from b * blockDim.x *
-// kUnroll, and each thread loads its kUnroll items (a block-width apart, so
-// every load instruction is coalesced) before it stores any. One tile a block
-// rather than a grid-stride loop: the loop's trip count cost each thread a
-// 64-bit division.
+// store(i, load(i)) for this block's tile of blockDim.x * kUnroll items, those below
+// `count`; each thread loads its kUnroll items, a block-width apart so loads coalesce,
+// before storing any. A tile per block, since a grid-stride loop costs a 64-bit division.
 template <int kUnroll, typename Load, typename Store>
 __device__ __forceinline__ void ForBlockTile(int64_t count, Load load, Store store) {
   const int64_t start = int64_t{blockIdx.x} * blockDim.x * kUnroll + threadIdx.x;
@@ -308,11 +282,9 @@ __device__ __forceinline__ void ForBlockTile(int64_t count, Load load, Store sto
 
 constexpr int kTileThreads = 256;
 
-// Launches select_kernel(IntTag<pack>)(args...) for an elementwise op over
-// `count` elements of T, one tile of kTileThreads threads x kUnroll packs a
-// block (ForBlockTile): in 16-byte packs where `aligned` (every pointer the
-// kernel touches 16-byte aligned), else one element at a time. `op` names
-// the op in errors.
+// Launches select_kernel(IntTag<pack>)(args...) over `count` elements of T, one tile
+// of kTileThreads threads x kUnroll packs per block: 16-byte packs where `aligned`
+// (every pointer 16-byte aligned), else single elements. `op` names the op in errors.
 template <typename T, int kUnroll, typename SelectKernel, typename... Args>
 ffi::Error LaunchTiles(const char* op, cudaStream_t stream, int64_t count, bool aligned,
                        SelectKernel select_kernel, Args... args) {

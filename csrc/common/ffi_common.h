@@ -54,8 +54,7 @@ inline std::string ShapeString(const ffi::AnyBuffer& buffer) {
   return text + ")";
 }
 
-// The input's dtype must be one we have kernels for; every other buffer of the
-// call must match it.
+// The input's dtype must be one we have kernels for, and every other buffer must match it.
 inline ffi::Error CheckDtypes(const char* op, const ffi::AnyBuffer& input,
                               std::initializer_list<const ffi::AnyBuffer*> others) {
   if (!IsSupportedFloat(input.element_type())) {

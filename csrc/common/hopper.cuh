@@ -1,9 +1,7 @@
-// Hopper's asynchronous data movement, as the row kernels' cluster teams use
-// it (row_team.cuh, ../softmax/softmax_prefetch.cuh): mbarriers that count arriving bytes, bulk copies from
-// global into shared memory by the TMA engine, and stores into another
-// cluster block's shared memory that count in on that block's mbarrier. Only
-// sm_90 and newer run these: the launcher plans cluster teams only there, and
-// elsewhere they trap.
+// Hopper's asynchronous data movement, as the cluster teams use it (row_team.cuh,
+// ../softmax/softmax_prefetch.cuh): mbarriers that count arriving bytes, TMA bulk
+// copies into shared memory, and stores into another cluster block's shared memory.
+// These need sm_90 or newer and trap elsewhere; the launcher plans clusters only there.
 #pragma once
 
 #include <cstdint>
@@ -69,9 +67,8 @@ __device__ __forceinline__ void WaitBarrier(uint64_t* barrier, unsigned parity) 
 #endif
 }
 
-// Orders this thread's earlier accesses to shared memory before the bulk
-// copies it starts next into the same memory (which go through the async
-// proxy).
+// Orders this thread's earlier accesses to shared memory before the bulk copies
+// (async proxy) that it starts next into the same memory.
 __device__ __forceinline__ void FenceBeforeBulkCopies() {
 #if __CUDA_ARCH__ >= 900
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
@@ -80,9 +77,8 @@ __device__ __forceinline__ void FenceBeforeBulkCopies() {
 #endif
 }
 
-// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from
-// global memory into this block's shared memory, in the background; the bytes
-// count in on `barrier`.
+// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global into
+// this block's shared memory in the background, counting them in on `barrier`.
 __device__ __forceinline__ void BulkLoad(void* shared_dst, const void* global_src,
                                          unsigned bytes, uint64_t* barrier) {
 #if __CUDA_ARCH__ >= 900
@@ -96,9 +92,8 @@ __device__ __forceinline__ void BulkLoad(void* shared_dst, const void* global_sr
 #endif
 }
 
-// Stores v at `slot` of cluster block `rank` (the address `slot` has in this
-// block's shared memory, in that block's), counting its bytes in on that
-// block's `barrier`. Nothing waits here: the receiver waits on its barrier.
+// Stores v at `slot` (this block's address for it) in cluster block `rank`, counting
+// its bytes in on that block's `barrier`; the receiver waits there, not the sender.
 template <typename V>
 __device__ __forceinline__ void StoreToBlock(V* slot, V v, uint64_t* barrier, unsigned rank) {
   static_assert(sizeof(V) == 4 || sizeof(V) == 8, "one or two 32-bit words");

@@ -1,10 +1,6 @@
-// Shared by the host kernels: 16-bit float storage types, and a float32 sum
-// with the error behaviour of the GPU's tree reductions.
-//
-// 16-bit floats for the host kernels. Standard C++17 has no bfloat16 or
-// float16, so these are storage types with exact conversions to and from
-// float32 (round to nearest even, NaN and infinities preserved), the same
-// rounding XLA and CUDA apply.
+// Shared by the host kernels: bfloat16 and float16 storage types (C++17 has none),
+// converted to float32 exactly and back to nearest even as XLA and CUDA round (NaN
+// and infinities kept), and a float32 sum with the error of the GPU's tree reductions.
 #pragma once
 
 #include <cstdint>

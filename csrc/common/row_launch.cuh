@@ -27,11 +27,9 @@ ffi::Error DispatchChunk(int chunk, F f) {
   return f(IntTag<kMaxChunk>{});
 }
 
-// make(IntTag<lanes>{}) where the plan's grid has a team for every row and
-// its teams have one of kLanes... lanes, else make(IntTag<0>{}): a kernel
-// compiled for a team a row skips the loop over rows (RowTeam::ForEachGroup),
-// and one compiled for its lanes works out its team's geometry at compile
-// time. Each make(...) returns the same kernel type.
+// make(IntTag<lanes>{}) where the plan has a team for every row and one of kLanes...
+// lanes, else make(IntTag<0>{}): such kernels skip the loop over rows and fix their
+// team's geometry at compile time. Every make(...) returns the same kernel type.
 template <int... kLanes, typename Make>
 auto TeamPerRowKernel(const RowLaunch& plan, Make make) {
   auto kernel = make(IntTag<0>{});
@@ -40,8 +38,7 @@ auto TeamPerRowKernel(const RowLaunch& plan, Make make) {
   return kernel;
 }
 
-// A row kernel, and the shared memory a thread that it prefetches its team's
-// next row into (NextRow); 0 for none.
+// A row kernel, and the shared memory per thread for its next row (NextRow; 0: no prefetch).
 template <typename... Params>
 struct RowKernel {
   void (*function)(Params...);
@@ -50,9 +47,8 @@ struct RowKernel {
 template <typename... Params>
 RowKernel(void (*)(Params...), int) -> RowKernel<Params...>;
 
-// The launch of `plan` on `stream` with `shared_bytes` of dynamic shared
-// memory, in clusters of plan.cluster blocks where that is more than one;
-// `cluster_dims` holds that attribute, and must outlive the configuration.
+// The launch of `plan` on `stream` with `shared_bytes` of dynamic shared memory, in
+// clusters where plan.cluster > 1; `cluster_dims` must outlive the configuration.
 inline cudaLaunchConfig_t RowLaunchConfig(const RowLaunch& plan, int shared_bytes,
                                           cudaStream_t stream,
                                           cudaLaunchAttribute& cluster_dims) {
@@ -69,14 +65,10 @@ inline cudaLaunchConfig_t RowLaunchConfig(const RowLaunch& plan, int shared_byte
   return config;
 }
 
-// Readies `kernel` for `plan`'s clusters where they need it, past 8 blocks
-// or with `prefetch_bytes` of shared memory to prefetch into: each a function
-// attribute that a launch or an occupancy query needs set first. Sets them
-// and, for a kernel that prefetches (whose grid LaunchRowPlan sizes by it),
-// asks the driver how many such clusters the device holds at once (0 for
-// others), once per kernel, device and plan shape: the handlers run on XLA's
-// launch path (as CachedDeviceAttribute), and the attributes last as long as
-// the context.
+// Sets the attributes `plan`'s clusters need before a launch or occupancy query (past 8
+// blocks, or `prefetch_bytes` of shared memory) and returns how many such clusters fit
+// at once for a prefetching kernel (else 0). Cached per kernel, device and plan shape,
+// as handlers run on XLA's launch path and the attributes last as long as the context.
 template <typename... Params>
 ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
                                        void (*kernel)(Params...), int prefetch_bytes) {
@@ -111,9 +103,8 @@ ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
   return clusters;
 }
 
-// The scratch memory that an op's custom call gives its row kernels' launches:
-// `row_counter`, one unsigned where kernels that claim rows count them
-// (RowCounter; softmax's forward), or null for an op whose kernels never do.
+// The scratch an op's custom call gives its row kernels: `row_counter`, where kernels
+// that claim rows count them (RowCounter; softmax's forward), or null if none do.
 struct LaunchScratch {
   unsigned* row_counter = nullptr;
 };
@@ -122,14 +113,11 @@ struct LaunchScratch {
 template <typename... Params>
 constexpr bool kClaimsRows = (std::is_same_v<Params, RowCounter> || ...);
 
-// kernel<<<plan>>>(args..., plan.lanes), in clusters of plan.cluster blocks;
-// a kernel that claims rows gets (args..., RowCounter, plan.lanes).
-// A kernel that prefetches (PrefetchSharedBytes) gets one grid of resident
-// clusters, each taking its rows in turn, so that every row after a
-// cluster's first is loaded while the one before it is worked on. Where such
-// a grid's clusters would take more than kMinRowsPerClaimingCluster rows each,
-// they claim them (ClaimedRows) on scratch.row_counter, zeroed on the stream
-// first; elsewhere the kernel's RowCounter is null and its rows are static.
+// kernel<<<plan>>>(args..., plan.lanes); a kernel that claims rows gets (args...,
+// RowCounter, plan.lanes) and needs scratch.row_counter. A prefetching kernel gets one
+// grid of resident clusters, each taking its rows in turn so that the next row loads
+// while one is worked on; past kMinRowsPerClaimingCluster rows per cluster, they claim
+// rows on the counter (zeroed on the stream first), else the RowCounter is null.
 template <typename... Params, typename... Args>
 ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch& plan,
                          RowKernel<Params...> kernel, LaunchScratch scratch, Args... args) {
@@ -167,14 +155,10 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
   return LaunchRowPlan(what, stream, plan, RowKernel<Params...>{kernel, 0}, scratch, args...);
 }
 
-// Launches select_kernel(IntTag<pack>, IntTag<chunk>, RowLayoutTag<layout>,
-// plan) (a kernel or a RowKernel; the plan is for kernels compiled for a team
-// size or a team a row) under `plan` with `scratch` and args... (see
-// LaunchRowPlan). A team gets more
-// lanes than a block only once its threads hold the most they may, so rows
-// are streamed or held in clusters only at the largest chunk, and only that
-// chunk has kernels for those layouts: a kernel that holds its rows in one
-// block can then keep to the registers that this needs.
+// Launches select_kernel(IntTag<pack>, IntTag<chunk>, RowLayoutTag<layout>, plan)
+// (a kernel or a RowKernel; `plan` for TeamPerRowKernel) under `plan` (LaunchRowPlan).
+// Teams outgrow a block only at the largest chunk, so only that chunk has streamed
+// and cluster kernels, and kernels for rows held in one block need fewer registers.
 template <const RowPolicy& kPolicy, int kPack, typename SelectKernel, typename... Args>
 ffi::Error LaunchRowKernelAs(const char* what, cudaStream_t stream, const RowLaunch& plan,
                              SelectKernel select_kernel, LaunchScratch scratch, Args... args) {

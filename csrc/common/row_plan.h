@@ -1,9 +1,6 @@
-// The row kernels' launch planner: host code alone (it builds with g++), from
-// an op's RowPolicy and the code and device it runs on to a RowLaunch: how
-// many threads share a row (its team), how many packs each holds, the blocks,
-// clusters and grid. Why each threshold is what it is, with the measurement
-// that decided it, is in docs/performance_notes.md ("The launch policy's
-// thresholds").
+// The row kernels' launch planner, host code alone (it builds with g++): from an op's
+// RowPolicy, its loaded code and the device to a RowLaunch. docs/performance_notes.md
+// ("The launch policy's thresholds") says why each threshold is what it is.
 #pragma once
 
 #include <algorithm>
@@ -20,9 +17,8 @@
 
 namespace jax_camp {
 
-// Compute capabilities are written major * 10 + minor, as __CUDA_ARCH__ / 10.
-// Hopper (9.0) brought thread-block clusters, distributed shared memory and
-// the bulk copies of its TMA engine.
+// Compute capabilities as major * 10 + minor, i.e. __CUDA_ARCH__ / 10. Hopper (9.0)
+// brought thread-block clusters, distributed shared memory and TMA bulk copies.
 constexpr int kHopperArchitecture = 90;
 
 inline bool HasClusters(int architecture) { return architecture >= kHopperArchitecture; }
@@ -31,19 +27,18 @@ inline bool HasClusters(int architecture) { return architecture >= kHopperArchit
 constexpr int kMaxClusterBlocks = 16;
 constexpr int kMaxPortableClusterBlocks = 8;
 
-// A row op's launch policy, in values (not packs). Each op writes its own as
-// a constexpr table beside its handler; the planner reads nothing else.
+// A row op's launch policy: a constexpr table beside its handler, the planner's only input from it.
 struct RowPolicy {
   int max_chunk_elements = 0;  // the most values a thread holds in registers
-  int max_threads = 0;         // the most threads a block: the kernels' __launch_bounds__
-  int team_lanes = 0;          // the lanes a row the op runs fastest with, where rows allow
+  int max_threads = 0;         // the most threads per block: the kernels' __launch_bounds__
+  int team_lanes = 0;          // the lanes per row the op runs fastest with, where rows allow
   int cluster_block_threads = 0;  // a cluster team's block size; 0: no clusters, long rows stream
-  int min_lanes = 8;              // the fewest lanes a row
-  int shared_block_lanes = 32;    // the most lanes a row whose team shares a block with others
+  int min_lanes = 8;              // the fewest lanes per row
+  int shared_block_lanes = 32;    // the most lanes per row whose team shares a block with others
   int rows_block_threads = 256;   // the threads of a block that such teams share
-  int small_grid_lanes = 128;     // the most lanes a row on grids too small to fill the SMs
-  int busy_grid_max_chunk = 0;    // packs a thread that busy grids halve lanes down to; 0: never
-  int quiet_grid_max_chunk = 0;   // packs a thread above which quiet grids double lanes; 0: never
+  int small_grid_lanes = 128;     // the most lanes per row on grids too small to fill the SMs
+  int busy_grid_max_chunk = 0;    // packs per thread that busy grids halve lanes up to; 0: never
+  int quiet_grid_max_chunk = 0;   // packs per thread above which quiet grids double lanes; 0: never
 
   constexpr bool ClusterTeams() const { return cluster_block_threads > 0; }
   // Whether a team of several warps may share its block (RowTeam::Reduce).
@@ -54,40 +49,36 @@ struct RowPolicy {
   }
 };
 
-// Where a row kernel runs: elements a pack (1, or 16 bytes' worth), the
-// architecture its loaded code was compiled for (KernelArchitecture), and the
-// device's SMs.
+// Where a row kernel runs: elements per pack (1, or 16 bytes' worth), the architecture
+// its loaded code was compiled for (KernelArchitecture), and the device's SM count.
 struct RowTarget {
   int pack;
   int architecture;
   int sm_count;
 };
 
-// Packs a thread for `chunk_elements` values: the same number of values, so
-// the same registers, whatever the dtype; unpacked (scalar) rows take a
-// quarter as many, each load being that much narrower.
+// Packs per thread for `chunk_elements` values, so the registers are the same for every
+// dtype; unpacked (scalar) rows take a quarter as many, their loads being narrower.
 JAX_CAMP_HOST_DEVICE constexpr int ChunkPacks(int chunk_elements, int pack) {
   return pack == 1 ? chunk_elements / 4 : chunk_elements / pack;
 }
 
-// The threads of the blocks that teams of `lanes` run in outside clusters:
-// teams of up to shared_block_lanes share blocks of rows_block_threads,
-// larger ones take a block each. The planner and the kernels compiled for
-// their lanes both take it from here.
+// The block size for teams of `lanes` outside clusters: teams of up to shared_block_lanes
+// share blocks of rows_block_threads, and larger ones take a block each, as small blocks
+// overlap their phases with other blocks'.
 JAX_CAMP_HOST_DEVICE constexpr int TeamBlockThreads(int lanes, const RowPolicy& policy) {
   return lanes <= policy.shared_block_lanes ? policy.rows_block_threads : lanes;
 }
 
-// How a team covers its row: held in its registers, by warp lanes or a
-// block, or by a cluster of blocks; or streamed through them, when the row is
-// longer than the team's chunks hold. Kernels are compiled for each apart.
+// How a team covers its row: held in registers (by warp lanes, a block or a
+// cluster), or streamed through them when longer. Each has its own kernels.
 enum class RowLayout { kHeld, kHeldInCluster, kStreamed };
 
 template <RowLayout kLayout>
 using RowLayoutTag = std::integral_constant<RowLayout, kLayout>;
 
-// A row kernel's launch plan for `rows` rows: `chunk` packs a thread,
-// `lanes` threads a row, in teams of one block or of `cluster` blocks.
+// A row kernel's launch plan for `rows` rows: `chunk` packs per thread, `lanes`
+// threads per row, in teams of one block or of `cluster` blocks.
 struct RowLaunch {
   int chunk;
   int lanes;
@@ -105,16 +96,14 @@ struct RowLaunch {
   bool TeamForEveryRow() const { return Teams() >= rows; }
 };
 
-// Elements a pack for rows of `cols` elements of `item_bytes`: 16 bytes' worth
-// where the rows are 16-byte aligned (`aligned`: every pointer the kernel
-// touches is, and cols a multiple of a pack), else one.
+// Elements per pack: 16 bytes' worth where `aligned` (every pointer the kernel
+// touches is 16-byte aligned) and cols is a multiple of that, else one.
 inline int RowPack(int item_bytes, int64_t cols, bool aligned) {
   const int pack = PackElements(item_bytes);
   return aligned && cols % pack == 0 ? pack : 1;
 }
 
-// The most packs a thread holds, and the block size of cluster teams (0 for
-// none), for `target`: clusters only where the loaded code has them.
+// The most packs per thread, and cluster teams' block size (0 where the code has none).
 inline int MaxChunk(const RowPolicy& policy, const RowTarget& target) {
   return ChunkPacks(policy.max_chunk_elements, target.pack);
 }
@@ -122,17 +111,9 @@ inline int ClusterThreads(const RowPolicy& policy, const RowTarget& target) {
   return HasClusters(target.architecture) ? policy.cluster_block_threads : 0;
 }
 
-// Lanes a row, before the grid is considered (PlanRowLaunch):
-// - at least team_lanes while each lane still gets 4 packs (64 bytes in
-//   flight a thread), more where the row needs them to fit max_chunk packs a
-//   thread, and at least min_lanes; a power of two;
-// - up to 32 lanes share a warp with other rows, up to shared_block_lanes a
-//   block; beyond, a block takes each row: small blocks, whose load, reduce
-//   and store phases overlap with other blocks', beat large ones;
-// - rows that need more lanes than cluster_block_threads take a cluster of
-//   blocks of that size, so that two or more blocks still share each SM, up
-//   to kMaxClusterBlocks, then clusters of that many larger blocks; rows
-//   longer still are streamed through one block of max_threads.
+// Lanes per row before the grid is considered (PlanRowLaunch), a power of two: enough to
+// hold the row in max_chunk packs per thread, up to team_lanes while each keeps 4 packs, and
+// min_lanes (at most one per pack). Rows too long for the largest team stream (max_threads).
 inline int RowLanes(int64_t num_packs, const RowPolicy& policy, const RowTarget& target) {
   constexpr int64_t kMinChunk = 4;
   const int64_t max_lanes =
@@ -149,16 +130,14 @@ inline int RowLanes(int64_t num_packs, const RowPolicy& policy, const RowTarget&
   return lanes;
 }
 
-// A grid's cap in waves of resident blocks (2048 threads an SM); the
-// kernels loop over the rows past it. Cluster teams take fewer waves.
+// A grid's cap in waves of resident blocks (2048 threads per SM); kernels loop past it.
 constexpr int kGridWaves = 8;
 constexpr int kClusterGridWaves = 4;
 
-// The plan for a given number of lanes a row (a power of two). A team within
-// a block holds the fewest packs a thread that hold the row, so that short
-// rows keep few registers and many warps resident, and no thread loads more
-// than one pack it does not use; clusters and streams take the most (see
-// LaunchRowKernelAs).
+// The plan for a given number of lanes per row (a power of two). A held row's team of more
+// than cluster_block_threads is a cluster of blocks that size (two or more per SM), then of
+// kMaxClusterBlocks larger ones. A team in one block holds the fewest packs per thread that
+// fit, to spare registers; clusters and streams hold the most (see LaunchRowKernelAs).
 inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lanes,
                                         const RowPolicy& policy, const RowTarget& target) {
   const int max_chunk = MaxChunk(policy, target);
@@ -183,23 +162,15 @@ inline RowLaunch PlanRowLaunchWithLanes(int64_t rows, int64_t num_packs, int lan
   return {chunk, lanes, static_cast<int>(std::min(wanted, cap)), threads, cluster, layout, rows};
 }
 
-// Grids of fewer threads than this an SM give their rows more lanes (see
-// PlanRowLaunch); grids of more than kBusyGridThreadsPerSm, fewer.
+// Threads per SM below which a grid is small, and above which it is busy (PlanRowLaunch).
 constexpr int kSmallGridThreadsPerSm = 128;
 constexpr int kBusyGridThreadsPerSm = 1024;
 
-// RowLanes' lanes, adjusted to the grid:
-// - too few rows to give each SM kSmallGridThreadsPerSm threads: more lanes,
-//   up to small_grid_lanes and one pack a lane, since such a grid finishes
-//   when its slowest thread does, and more lanes shorten each thread's chain
-//   of loads, adds and shuffles;
-// - rows enough for more than kBusyGridThreadsPerSm threads an SM: a policy
-//   with busy_grid_max_chunk halves its lanes while each thread holds at most
-//   that many packs, since threads are then plentiful and a longer chunk puts
-//   more bytes in flight and leaves fewer partial results to combine;
-// - other grids, with quiet_grid_max_chunk, double their lanes while a thread
-//   would hold more packs than that, up to shared_block_lanes: their SMs have
-//   room, and a shorter chunk is loaded in one round.
+// RowLanes' lanes, adjusted to the grid. A small grid doubles them, up to small_grid_lanes
+// and one pack per lane, since it ends with its slowest thread. A busy grid halves them
+// while each thread holds at most busy_grid_max_chunk packs, for more bytes in flight and
+// fewer partial results. Other grids of packed rows double them while a thread would hold
+// more than quiet_grid_max_chunk packs, up to shared_block_lanes, as their SMs have room.
 inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, const RowPolicy& policy,
                                const RowTarget& target) {
   const int64_t sm_count = target.sm_count;
@@ -218,24 +189,20 @@ inline RowLaunch PlanRowLaunch(int64_t rows, int64_t num_packs, const RowPolicy&
   return PlanRowLaunchWithLanes(rows, num_packs, lanes, policy, target);
 }
 
-// Cluster teams of at least this many blocks, of at least this many threads,
-// prefetch their next row where their kernel can (RowKernel): the more
-// blocks a row's reduction waits for, the longer an SM would sit without a
-// load in flight.
+// Cluster teams of this many blocks of this many threads or more prefetch their next row
+// (RowKernel): the more blocks a reduction waits for, the longer an SM sits with no load in flight.
 constexpr int kMinPrefetchClusterBlocks = 8;
 constexpr int kMinPrefetchBlockThreads = 512;
 
-// The dynamic shared memory a block of `plan` gets for a kernel that
-// prefetches `bytes_per_thread`: none outside clusters of many large blocks.
+// Dynamic shared memory per block for prefetching `bytes_per_thread`; 0 outside such clusters.
 inline int PrefetchSharedBytes(const RowLaunch& plan, int bytes_per_thread) {
   const bool prefetches =
       plan.cluster >= kMinPrefetchClusterBlocks && plan.threads >= kMinPrefetchBlockThreads;
   return prefetches ? bytes_per_thread * plan.threads : 0;
 }
 
-// Clusters claim their rows (ClaimedRows) only where each would take more
-// than this many: the counter's memset and the claims cost a few
-// microseconds a call, which uneven clusters repay only over many rows.
+// Clusters claim their rows (ClaimedRows) only past this many rows each, since
+// zeroing the counter and claiming cost time that only many rows repay.
 constexpr int kMinRowsPerClaimingCluster = 16;
 
 }  // namespace jax_camp

@@ -1,14 +1,7 @@
-// Row kernels (reduce_sum, softmax forward and backward) are written once
-// against a RowTeam: the threads that share one row. Short rows get a few lanes
-// of a warp each (several rows per warp, reduced with shuffles); longer ones a
-// few warps of a block that other rows share, where the op's policy allows
-// (RowPolicy::shared_block_lanes), or the whole block (reduced through shared
-// memory); rows too long for one block's registers get a thread-block cluster
-// (Hopper), whose blocks exchange their partial results through distributed
-// shared memory. Each thread holds a chunk of its row in registers (RowChunk):
-// kChunk packs, loaded ahead of their use, so that many loads are in flight. A
-// row that fits in one chunk per thread is read from memory once, however many
-// passes the kernel makes. The launch plan (row_plan.h) picks the team.
+// The row kernels (reduce_sum, softmax) are written once against a RowTeam, the
+// threads that share one row: lanes of a warp, warps of a block, a block, or a
+// Hopper cluster of blocks (row_plan.h picks). Each thread holds its part of the
+// row in registers (RowChunk), so a row that fits is read from memory only once.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -21,11 +14,8 @@
 
 namespace jax_camp {
 
-// The shared memory a row kernel declares for RowTeam::Reduce over values of
-// type V, in two rounds used in turn (see BlockReduce, ClusterReduce): one
-// per warp; and for a cluster team's reductions, every block's result
-// (pushed there by each block of the team) and the barrier that counts them
-// in.
+// Shared memory for RowTeam::Reduce over V: per-warp results and, for cluster
+// teams, per-block results and their barriers, each in two rounds used in turn.
 template <typename V>
 struct RowScratch {
   static constexpr int kMaxWarps = 32;
@@ -34,9 +24,7 @@ struct RowScratch {
   uint64_t cluster_arrivals[2];
 };
 
-// Whether the launcher gave this kernel dynamic shared memory: a kernel that
-// can prefetch its next row does so exactly when LaunchRowPlan gave it
-// somewhere to prefetch into, so the rule lives in the launcher alone.
+// Whether LaunchRowPlan gave this kernel dynamic shared memory: exactly when it should prefetch.
 __device__ __forceinline__ bool HasDynamicSharedMemory() {
   unsigned bytes;
   asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(bytes));
@@ -49,22 +37,14 @@ struct RowTeam {
   int64_t first_row;
   int64_t row_stride;
   int lanes_log2;
-  // The block's threads where the kernel is compiled for them, else 0 and
-  // BlockThreads() reads blockDim.x.
+  // The block size where the kernel is compiled for it, else 0 (use blockDim.x).
   unsigned fixed_block_threads;
   int block_reductions = 0;
   int cluster_reductions = 0;
 
-  // A team of up to a block's threads, or of team_lanes / BlockThreads()
-  // blocks (a cluster, consecutive in x). Lanes and block sizes are powers of
-  // two (the launcher plans no others), so the team's geometry is shifts:
-  // divisions by runtime values multiplied a small kernel's instructions.
-  // `spans_blocks`: whether the team may be a
-  // cluster (the kernel's kClusters); a kernel whose teams never are leaves
-  // out the geometry for them, which sat between its start and its first
-  // load. A kernel compiled for its lanes may pass its block's threads too
-  // (TeamBlockThreads), so that the geometry and the reduction's steps are
-  // constants.
+  // A team of up to a block's threads, or a cluster of team_lanes / BlockThreads() blocks
+  // consecutive in x; all sizes must be powers of two, as the geometry is shifts.
+  // spans_blocks: it may be a cluster (kClusters); block_threads: as fixed_block_threads.
   __device__ RowTeam(int team_lanes, bool spans_blocks, unsigned block_threads = 0)
       : lanes(team_lanes), fixed_block_threads(block_threads) {
     lanes_log2 = __ffs(team_lanes) - 1;
@@ -82,23 +62,19 @@ struct RowTeam {
     }
   }
 
-  // Where this thread's pack i of a chunk is among the chunk's packs
-  // (RowChunk): the team's loads of pack i are contiguous.
+  // This thread's pack i of a chunk (RowChunk): the team's loads of pack i are contiguous.
   __device__ int PackOf(int i) const { return i * lanes + lane; }
 
   __device__ unsigned BlockThreads() const {
     return fixed_block_threads > 0 ? fixed_block_threads : blockDim.x;
   }
 
-  // This thread's row in the block's current group of rows starting at
-  // `group`. The loop over groups is uniform across the block (the cluster),
-  // so every thread reaches every reduction; rows past the end are simply
-  // empty.
+  // This thread's row in the group of rows starting at `group`. Every thread runs
+  // every group, so all reach each reduction; rows past the end are empty.
   __device__ int64_t RowIn(int64_t group) const { return group + (threadIdx.x >> lanes_log2); }
 
-  // f(group) for each of the block's groups of rows: with kTeamPerRow (a
-  // launch with a team for every row, RowLaunch::TeamForEveryRow) the one
-  // group, with no loop around it; else every row_stride-th from the first.
+  // f(group) for each of the block's groups of rows: with kTeamPerRow
+  // (RowLaunch::TeamForEveryRow) the first alone, else every row_stride-th.
   template <bool kTeamPerRow, typename F>
   __device__ __forceinline__ void ForEachGroup(int64_t rows, F&& f) const {
     if constexpr (kTeamPerRow) {
@@ -108,9 +84,8 @@ struct RowTeam {
     }
   }
 
-  // Every row kernel calls this first. A cluster team's blocks set up the
-  // barriers that the others' results count in on (ClusterReduce); none may
-  // push a result before every block has.
+  // Every row kernel calls this first: a cluster team's blocks set up their barriers
+  // (ClusterReduce) and sync, so that none pushes a result before all are ready.
   template <bool kClusters, typename V>
   __device__ void Begin(RowScratch<V>& scratch) const {
 #if __CUDA_ARCH__ >= 900
@@ -127,12 +102,9 @@ struct RowTeam {
 #endif
   }
 
-  // Every lane of the team returns op over the team's values (block and
-  // cluster teams through `scratch`). kClusters: whether the team can be a
-  // cluster; kSharedBlockTeams: whether a team of several warps can share
-  // its block with other rows' teams (RowPolicy::kSharedBlockLanes). Code for
-  // teams a kernel never has is left out, since even never run it cost
-  // registers.
+  // op over the team's values, returned to every lane; every thread of the block calls
+  // it alike. kClusters, kSharedBlockTeams (RowPolicy::SharedBlockTeams): whether the
+  // team may be a cluster or share its block; code for other teams would cost registers.
   template <bool kClusters, bool kSharedBlockTeams = false, typename V, typename Op>
   __device__ V Reduce(V v, Op op, RowScratch<V>& scratch) {
     if (lanes <= 32) return WarpReduce(v, op, lanes);
@@ -149,9 +121,8 @@ struct RowTeam {
     return ClusterReduce(v, op, scratch);
   }
 
-  // A cluster team's blocks write into one another's shared memory up to
-  // their last reduction: none may exit before all are past it. Every row
-  // kernel calls this last.
+  // Every row kernel calls this last: a cluster team's blocks write into one
+  // another's shared memory, so none may exit before all have reduced.
   template <bool kClusters>
   __device__ void Finish() const {
 #if __CUDA_ARCH__ >= 900
@@ -162,17 +133,10 @@ struct RowTeam {
   }
 
  private:
-  // Each block pushes its result into every block's slot of its rank (thread
-  // t to rank t), where it counts in on that block's barrier; each block
-  // waits on its own barrier alone, then every thread combines the results
-  // in rank order (the same float in every block). No cluster barrier: one
-  // (with the memory fence it implies, which waits for the block's earlier
-  // stores) and remote reads after it were a large share of the long-row
-  // forward's stalls. Two rounds used in turn are enough: a
-  // block pushes into a round again only after it has every block's result
-  // of the round between, which each block pushed only after its threads had
-  // all read that round's results (they reach the barrier of the block's
-  // BlockReduce for the round between after those reads).
+  // Each block pushes its result to slot `rank` of every block, on that block's
+  // barrier, then waits on its own (a cluster barrier would stall) and combines the
+  // results in rank order, the same bits everywhere. Two rounds suffice: a block
+  // reuses one only after every block has read it and sent the round between.
   template <typename V, typename Op>
   __device__ V ClusterReduce(V v, Op op, RowScratch<V>& scratch) {
 #if __CUDA_ARCH__ >= 900
@@ -187,8 +151,7 @@ struct RowTeam {
     const unsigned rank = lane >> block_log2;
     if (threadIdx.x < blocks) hopper::StoreToBlock(&results[rank], v, arrivals, threadIdx.x);
     hopper::WaitBarrier(arrivals, parity);
-    // Lane i takes rank (i mod blocks)'s result and a butterfly over each
-    // group of `blocks` lanes combines them, in the same order in every warp.
+    // Lane i takes the result of rank i % blocks; the butterfly's order is the same in every warp.
     return WarpReduce(results[threadIdx.x & (blocks - 1)], op, blocks);
 #else
     __trap();  // the launcher plans clusters only for code compiled for them
@@ -197,11 +160,9 @@ struct RowTeam {
   }
 };
 
-// One thread's chunk of a row: kChunk packs of the `count` packs from
-// `first` on (a whole row that the team holds, or a part of a streamed one),
-// pack i being pack i * lanes + lane of them, so that a team's loads are
-// contiguous. Offsets within a chunk are 32-bit (a chunk is at most lanes *
-// kChunk packs): 64-bit ones took twice the instructions a load.
+// One thread's chunk of a row: kChunk of the `count` packs from `first`, pack i
+// being pack i * lanes + lane so the team's loads are contiguous. Offsets are
+// 32-bit (a chunk has at most lanes * kChunk packs): 64-bit ones cost more per load.
 template <typename T, int kPack, int kChunk>
 struct RowChunk {
   using StoredPack = PackedBits<T, kPack>;
@@ -212,8 +173,7 @@ struct RowChunk {
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       const int p = team.PackOf(i);
-      // Clamped rather than skipped: a predicated-off load keeps the chunk in
-      // registers, where a branch around it sent 16-bit chunks to the stack.
+      // Clamped, not skipped: a branch around the load sent 16-bit chunks to the stack.
       packs[i].Load(first_packs + (p < count ? p : 0));
     }
   }
@@ -234,9 +194,8 @@ struct RowChunk {
     }
   }
 
-  // `total` plus the loaded packs below `count`, added in ForEach's order.
-  // Every pack is added and a select keeps the sum only for the row's packs:
-  // no branch for ptxas to sink a pack's load into, behind the sums before it.
+  // `total` plus the loaded packs below `count`, in ForEach's order. A select, not
+  // a branch, so that no pack's load is sunk behind the sums before it.
   __device__ __forceinline__ float Sum(int count, const RowTeam& team, float total) const {
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
@@ -248,15 +207,9 @@ struct RowChunk {
     return total;
   }
 
-  // The largest of the loaded values below `count`, as fmaxf finds it (a NaN
-  // dropped; -inf for none). 16-bit values are compared two to a word in
-  // their own type, exactly, without being widened to float32 first: ptxas
-  // folds two words (four values) into the running pair an instruction
-  // (VHMNMX), where widening and comparing took two instructions a value.
-  // A branch a pack, not Sum's select: with the select, ptxas placed the
-  // first comparison before a held chunk's last two loads (at 64 registers
-  // it reused a loaded pack's register), so those waited on the first, and
-  // the kernel ran slower than widening.
+  // The largest loaded value below `count`, as fmaxf finds it (a NaN dropped; -inf for
+  // none); 16-bit values are compared exactly, two per word, cheaper than widened. A
+  // branch per pack, since Sum's select let comparisons start before the last loads.
   __device__ __forceinline__ float Max(int count, const RowTeam& team) const {
     if constexpr (StoredPack::kPerWord == 2) {
       unsigned pair_max = ValueBits<T>::kNegInfPair;
@@ -287,30 +240,27 @@ struct RowChunk {
   }
 };
 
-// f(first, count) for the chunks of a row of `packs` packs that a team
-// streams through chunks of `chunk_packs`: `first` the chunk's offset in
-// packs, `count` its packs.
+// f(first, count) for each chunk of `chunk_packs` packs of a streamed row of
+// `packs` packs: `first` is the chunk's first pack, `count` its packs.
 template <typename F>
 __device__ __forceinline__ void ForEachChunkOf(int64_t packs, int chunk_packs, F f) {
   for (int64_t first = 0; first < packs; first += chunk_packs)
     f(first, static_cast<int>(packs - first < chunk_packs ? packs - first : chunk_packs));
 }
 
-// A count of the rows that a kernel's teams have claimed (softmax's
-// ClaimedRows): one unsigned in global memory that comes with each call (an
-// output of the custom call), so that calls in flight at once never share it.
-// A kernel parameter; LaunchRowPlan zeroes it on the stream where the plan
-// claims rows, and passes it null where it does not.
+// Where a kernel's teams count the rows they claimed (softmax's ClaimedRows): one
+// unsigned per custom call (an output), so calls in flight never share it.
+// LaunchRowPlan zeroes it where the plan claims rows and passes null elsewhere.
 struct RowCounter {
   unsigned* claimed;
 };
 
+// Rounds `values` to T and stores them as one pack at `dst`, in global memory.
 template <int kPack, typename T>
 __device__ __forceinline__ void StorePack(T* dst, const float (&values)[kPack]) {
   PackedBits<T, kPack> packed;
   packed.Set(values);
   packed.Store(reinterpret_cast<typename PackedBits<T, kPack>::MemoryPack*>(dst));
 }
-
 
 }  // namespace jax_camp
