@@ -14,11 +14,15 @@ Backends:
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Sequence
 
 import jax
+import jax.numpy as jnp
+from jax.core import ShapedArray
 from jax.extend.core import Primitive
+from jax._src import dispatch
 from jax.interpreters import batching, mlir
 
 from jax_camp import sharding
@@ -63,44 +67,66 @@ def _has_gpu() -> bool:
         return False
 
 
-# An identity that emits no HLO. It exists for its lowering rule, the only
-# place that knows which platform the computation is compiled for: there an
-# explicit backend that cannot run on that platform fails with a clear error
-# instead of an XLA "no custom call target" message.
-_require_platform_p = Primitive("jax_camp_require_platform")
-_require_platform_p.def_abstract_eval(lambda aval, **_: aval)
-_require_platform_p.def_impl(
-    lambda x, *, backend: jax.jit(lambda v: _require_platform_p.bind(v, backend=backend))(x)
-)
-batching.defvectorized(_require_platform_p)
+def primitive(spec: OpSpec) -> Primitive:
+    """The JAX primitive that runs the kernel ``spec`` describes, made once per kernel.
+
+    It holds what every kernel shares: its abstract evaluation (``spec.result``), its lowering
+    (the FFI call, partitioned along the operands' sharding by ``jax_camp.sharding``) and its
+    batching rule (a vmapped call is the same kernel call with the batch dims in front, as the
+    kernels treat leading dims as independent rows). Each op module adds its derivative rules
+    (``jax.interpreters.ad``) to its own kernels' primitives. ``backend`` is its one parameter.
+    """
+    if spec.name in _PRIMITIVES:
+        return _PRIMITIVES[spec.name]
+    p = Primitive(spec.ffi_target)
+    p.def_abstract_eval(
+        lambda operand, *_, backend: ShapedArray(spec.result_shape(operand.shape), operand.dtype)
+    )
+    p.def_impl(lambda *xs, backend: jax.jit(functools.partial(p.bind, backend=backend))(*xs))
+    batching.primitive_batchers[p] = functools.partial(_batch_as_rows, p)
+    mlir.register_lowering(p, functools.partial(_lowering, spec))
+    # The lowering holds a custom_partitioning call, which needs the devices to lower for; JAX
+    # learns that of a primitive only from this set, as of its own cuDNN attention primitives.
+    dispatch.prim_requires_devices_during_lowering.add(p)
+    _PRIMITIVES[spec.name] = p
+    return p
 
 
-def _require_platform_lowering(ctx, x, *, backend):
-    allowed = _PLATFORMS_OF[backend]
-    for platform in ctx.module_context.platforms:
+_PRIMITIVES: dict[str, Primitive] = {}
+
+
+def _batch_as_rows(p: Primitive, operands, batch_dims, *, backend: str):
+    size = next(x.shape[d] for x, d in zip(operands, batch_dims) if d is not None)
+    operands = [
+        jnp.broadcast_to(x, (size, *x.shape)) if d is None else jnp.moveaxis(x, d, 0)
+        for x, d in zip(operands, batch_dims)
+    ]
+    return p.bind(*operands, backend=backend), 0
+
+
+def _lowering(spec: OpSpec, ctx, *operands, backend: str):
+    # The one place that knows which platform the computation is compiled for: an explicit
+    # backend that cannot run there fails with a clear error instead of an XLA
+    # "no custom call target" message.
+    allowed = _PLATFORMS_OF.get(backend)
+    for platform in ctx.module_context.platforms if allowed else ():
         if platform not in allowed:
             needs = "a GPU" if allowed == ("cuda",) else "the CPU"
             raise ValueError(
                 f"backend={backend!r} needs {needs}, but this computation is lowered for "
                 f"{platform!r}; use backend=None for the platform's own kernels"
             )
-    return [x]
-
-
-mlir.register_lowering(_require_platform_p, _require_platform_lowering)
+    call = functools.partial(sharding.partitioned_call, _local_kernel_call, spec, backend)
+    return mlir.lower_fun(call, multiple_results=False)(ctx, *operands)
 
 
 def kernel_call(spec: OpSpec, backend: str, *operands: jax.Array) -> jax.Array:
-    """Runs the kernel ``spec`` describes on ``backend`` through an XLA FFI call.
+    """Runs the kernel ``spec`` describes on ``backend`` (its primitive, ``primitive(spec)``).
 
-    Under ``jax.jit`` over a mesh the call is partitioned along the operands'
-    sharding, and under ``jax.vmap`` batched as extra rows; see
-    ``jax_camp.sharding``.
+    Under ``jax.jit`` over a mesh the call is partitioned along the operands' sharding (see
+    ``jax_camp.sharding``), and under ``jax.vmap`` batched as extra rows.
     """
-    if backend in _PLATFORMS_OF:
-        first, *rest = operands
-        operands = (_require_platform_p.bind(first, backend=backend), *rest)
-    return sharding.partitioned_call(_local_kernel_call, spec, backend, *operands)
+    return primitive(spec).bind(*operands, backend=backend)
 
 
 def _local_kernel_call(spec: OpSpec, backend: str, *operands: jax.Array) -> jax.Array:
@@ -118,4 +144,6 @@ def uses_kernels(backend: str) -> bool:
     return backend != "xla"
 
 
-__all__: Sequence[str] = ("BACKENDS", "ENV_VAR", "resolve", "kernel_call", "uses_kernels")
+__all__: Sequence[str] = (
+    "BACKENDS", "ENV_VAR", "resolve", "primitive", "kernel_call", "uses_kernels"
+)

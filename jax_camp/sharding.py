@@ -20,9 +20,8 @@ full result everywhere. ``partitioned_call`` wraps a kernel call in
 On one device, in ``shard_map`` (every mesh axis manual) and under ``pmap``,
 custom_partitioning lowers to the plain kernel call.
 
-custom_partitioning has no batching rule, so ``jax.custom_batching.custom_vmap``
-supplies one: the kernels treat leading dims as independent rows, so a vmapped
-call is the same kernel call with the batch dim in front.
+``partitioned_call`` is each kernel primitive's lowering (``jax_camp.backends.primitive``),
+so batching and differentiation never reach it: they are the primitives' rules.
 """
 
 from __future__ import annotations
@@ -32,7 +31,6 @@ import math
 from typing import Callable
 
 import jax
-import jax.numpy as jnp
 from jax.experimental.custom_partitioning import custom_partitioning
 from jax.sharding import NamedSharding, PartitionSpec
 
@@ -43,24 +41,8 @@ Kernel = Callable[..., jax.Array]
 
 
 def partitioned_call(kernel: Kernel, spec: OpSpec, backend: str, *operands: jax.Array) -> jax.Array:
-    """``kernel(spec, backend, *operands)``, partitioned along the operands'
-    sharding under ``jax.jit`` and batched as rows under ``jax.vmap``."""
-
-    @jax.custom_batching.custom_vmap
-    def call(*xs: jax.Array) -> jax.Array:
-        return _partitioned(kernel, spec, backend, *xs)
-
-    @call.def_vmap
-    def _batched(
-        axis_size: int, in_batched: list[bool], *xs: jax.Array
-    ) -> tuple[jax.Array, bool]:
-        xs = tuple(
-            x if batched else jnp.broadcast_to(x, (axis_size, *x.shape))
-            for x, batched in zip(xs, in_batched)
-        )
-        return partitioned_call(kernel, spec, backend, *xs), True
-
-    return call(*operands)
+    """``kernel(spec, backend, *operands)``, partitioned along the operands' sharding."""
+    return _partitioned(kernel, spec, backend, *operands)
 
 
 @functools.partial(custom_partitioning, static_argnums=(0, 1, 2))

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.test_util import check_grads
 
 import jax_camp
 from helpers import DTYPES, f64, hlo_text, random_normal
@@ -60,6 +61,16 @@ def test_jit_vmap_grad(backend):
     w = random_normal((4, 6, 5), jnp.float32)
     g = jax.grad(lambda v: jnp.sum(f(v) * w))(x)
     np.testing.assert_array_equal(f64(g), f64(w))
+
+
+def test_forward_mode_and_second_order(backend):
+    x = random_normal((4, 6), jnp.float32)
+    f = functools.partial(jax_camp.copy, backend=backend)
+    _, tangent = jax.jvp(f, (x,), (2 * x,))
+    np.testing.assert_array_equal(f64(tangent), f64(2 * x))
+    check_grads(f, (x,), order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2)
+    if backend != "xla":  # the tangent is copied by the kernel too
+        assert hlo_text(lambda v: jax.jvp(f, (v,), (v,)), x).count("custom_call @") == 2
 
 
 def test_keeps_a_weak_type_as_jnp_copy(backend):

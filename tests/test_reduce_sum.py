@@ -129,6 +129,18 @@ def test_grad(backend):
     check_grads(functools.partial(jax_camp.reduce_sum, axis=(0, 2), backend=backend), (x,), order=1, modes=["rev"])
 
 
+def test_forward_mode_and_second_order(backend):
+    x = random_normal((5, 7, 3), jnp.float32)
+    f = functools.partial(jax_camp.reduce_sum, axis=1, backend=backend)
+    _, tangent = jax.jvp(f, (x,), (x,))
+    assert_close(tangent, reference(x, axis=1), jnp.float32, scale=sum_scale(7))
+    check_grads(f, (x,), order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2)
+    jacobian = jax.jacfwd(f)(x)
+    np.testing.assert_array_equal(f64(jacobian), f64(jax.jacfwd(lambda v: jnp.sum(v, axis=1))(x)))
+    if backend != "xla":  # the tangent is summed by the kernel too
+        assert hlo_text(lambda v: jax.jvp(f, (v,), (v,)), x).count("custom_call @") == 2
+
+
 def test_lowered_hlo_holds_the_kernel(backend):
     if backend == "xla":
         pytest.skip("the xla backend is plain JAX by design")

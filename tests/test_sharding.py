@@ -87,10 +87,12 @@ def _mesh(name: str, axis_type: AxisType = AxisType.Auto) -> jax.sharding.Mesh:
     return jax.make_mesh(shape, names, axis_types=(axis_type,) * len(names))
 
 
-def _cases():
-    for mesh_name in MESHES:
-        for spec in SPECS[mesh_name]:
-            yield pytest.param(mesh_name, spec, id=f"{mesh_name}-{spec}")
+def _cases() -> list:
+    return [
+        pytest.param(mesh_name, spec, id=f"{mesh_name}-{spec}")
+        for mesh_name in MESHES
+        for spec in SPECS[mesh_name]
+    ]
 
 
 def _padded(spec: P, ndim: int) -> tuple:
@@ -162,6 +164,30 @@ def mesh_test_gradients_partition(mesh_name, spec, op, backend):
     if not _shards_reduced_dim(spec, reduced):
         assert dx.sharding.is_equivalent_to(xs.sharding, dx.ndim), dx.sharding
         assert "all-gather" not in compiled.as_text()
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("mesh_name,spec", _cases())
+def mesh_test_forward_mode_partitions(mesh_name, spec, op, backend):
+    mesh = _mesh(mesh_name)
+    _, f = OPS[op]
+    x, y, xs, ys = _inputs(mesh, spec)
+    jvp = jax.jit(lambda a, b: jax.jvp(lambda v: f(v, b, backend), (a,), (b,))[1])
+    compiled = jvp.lower(xs, ys).compile()
+    assert_close(compiled(xs, ys), jvp(x, y), jnp.float32)
+    assert "all-gather" not in compiled.as_text()
+
+
+@pytest.mark.parametrize("mesh_name,spec", _cases())
+def mesh_test_second_order_partitions(mesh_name, spec, backend):
+    mesh = _mesh(mesh_name)
+    x, y, xs, ys = _inputs(mesh, spec)
+
+    def grad_norm(a, b):
+        return (jax.grad(lambda v: (jax_camp.softmax(v, backend=backend) * b).sum())(a) ** 2).sum()
+
+    second = jax.jit(jax.grad(grad_norm))
+    assert_close(second.lower(xs, ys).compile()(xs, ys), second(x, y), jnp.float32)
 
 
 def _shard_map(f, *, checked: bool = True, **kwargs):

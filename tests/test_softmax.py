@@ -210,6 +210,67 @@ def test_grad_under_vmap_and_jit(backend):
     assert_close(ours, f64(theirs), jnp.float32)
 
 
+# Shapes over the backward kernel's launch paths, which forward mode runs on tangents.
+JVP_SHAPES = [(5, 8), (3, 127), (4, 1025), (3, 40_001), (2, 300_000), (4096, 128)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", JVP_SHAPES)
+def test_jvp_matches_reference(shape, dtype, backend):
+    """Forward mode: the tangent t -> y * (t - sum(y * t)), by the backward kernel."""
+    x = random_normal(shape, dtype, scale=3.0)
+    t = random_normal(shape, dtype)
+    y, dy = jax.jvp(lambda v: jax_camp.softmax(v, backend=backend), (x,), (t,))
+    assert dy.shape == x.shape and dy.dtype == x.dtype
+    assert_close(y, softmax_reference(x), dtype)
+    y64 = f64(y)
+    assert_close(dy, y64 * (f64(t) - np.sum(f64(t) * y64, axis=-1, keepdims=True)), dtype)
+
+
+def test_check_grads_both_modes_to_second_order(backend):
+    x = random_normal((3, 20), jnp.float32)
+    check_grads(
+        functools.partial(jax_camp.softmax, axis=0, backend=backend), (x,),
+        order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2,
+    )
+
+
+def test_forward_mode_and_higher_order_match_jax(backend):
+    x = random_normal((4, 33), jnp.float32)
+    ours = functools.partial(jax_camp.softmax, backend=backend)
+
+    def both(transform):
+        return transform(ours), transform(jax.nn.softmax)
+
+    checks = {
+        "jacfwd": lambda f: jax.jit(jax.jacfwd(f))(x),
+        "jacrev": lambda f: jax.jacrev(f)(x),
+        "linearize": lambda f: jax.linearize(f, x)[1](x),
+        "vmap of jvp": lambda f: jax.vmap(lambda v: jax.jvp(f, (v,), (v,))[1])(x),
+        "hessian": lambda f: jax.hessian(lambda v: jnp.sum(f(v) ** 2))(x[:2, :9]),
+        "jacrev of jacrev": lambda f: jax.jit(jax.jacrev(jax.jacrev(f)))(x[:2, :9]),
+        "grad of grad under vmap": lambda f: jax.vmap(
+            jax.grad(lambda v: jnp.sum(jax.grad(lambda u: jnp.sum(f(u) * u))(v) ** 2))
+        )(x),
+        "forward over reverse": lambda f: jax.jvp(
+            jax.grad(lambda v: jnp.sum(f(v) * x)), (x,), (x,)
+        )[1],
+    }
+    for name, transform in checks.items():
+        got, want = both(transform)
+        np.testing.assert_allclose(f64(got), f64(want), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_forward_mode_runs_the_kernels(backend):
+    if backend == "xla":
+        pytest.skip("the xla backend is plain JAX by design")
+    x = random_normal((4, 64), jnp.float32)
+    text = hlo_text(lambda v: jax.jvp(functools.partial(jax_camp.softmax, backend=backend), (v,), (v,)), x)
+    # The forward kernel for y, the backward kernel for the tangent, and nothing else.
+    assert text.count("custom_call @") == 2 and "softmax_backward" in text
+    assert "stablehlo.exponential" not in text
+
+
 def test_lowered_hlo_holds_the_kernels(backend):
     if backend == "xla":
         pytest.skip("the xla backend is plain JAX by design")

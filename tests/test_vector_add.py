@@ -79,6 +79,17 @@ def test_grad_sums_over_broadcast_dims(backend):
     check_grads(functools.partial(jax_camp.vector_add, backend=backend), (x, y), order=1, modes=["rev"])
 
 
+def test_forward_mode_and_second_order(backend):
+    x = random_normal((4, 6), jnp.float32)
+    y = random_normal((6,), jnp.float32)
+    f = functools.partial(jax_camp.vector_add, backend=backend)
+    _, tangent = jax.jvp(f, (x, y), (x, 3 * y))
+    np.testing.assert_array_equal(f64(tangent), f64(x + 3 * y))
+    check_grads(f, (x, y), order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2)
+    hessian = jax.hessian(lambda a: jnp.sum(f(a, y) ** 2))(x)
+    np.testing.assert_allclose(f64(hessian), 2 * np.eye(24).reshape(4, 6, 4, 6))
+
+
 def test_lowered_hlo_holds_the_kernel(backend):
     if backend == "xla":
         pytest.skip("the xla backend is plain JAX by design")

@@ -8,6 +8,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.interpreters import ad
 
 from jax_camp import backends, registration
 from jax_camp.ops import _checks
@@ -74,17 +75,14 @@ def _reduce_sum(x: jax.Array, axes: tuple[int, ...], keepdims: bool, backend: st
     return _reduce_sum_last_axis(rows, backend).reshape(out_shape)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _reduce_sum_last_axis(x: jax.Array, backend: str) -> jax.Array:
     return backends.kernel_call(REDUCE_SUM, backend, x)
 
 
-def _forward(x: jax.Array, backend: str) -> tuple[jax.Array, tuple[int, ...]]:
-    return _reduce_sum_last_axis(x, backend), x.shape
+def _reduce_sum_transpose(ct: jax.Array, x, *, backend: str) -> list[jax.Array]:
+    return [jnp.broadcast_to(ct[..., None], x.aval.shape)]
 
 
-def _backward(backend: str, shape: tuple[int, ...], g: jax.Array) -> tuple[jax.Array]:
-    return (jnp.broadcast_to(g[..., None], shape),)
-
-
-_reduce_sum_last_axis.defvjp(_forward, _backward)
+# The sum is linear: its tangent is the sum of the tangent (by the kernel), and each row's
+# cotangent spreads over the row.
+ad.deflinear2(backends.primitive(REDUCE_SUM), _reduce_sum_transpose)

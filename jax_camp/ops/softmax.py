@@ -7,6 +7,7 @@ from typing import Callable
 
 import jax
 import jax.numpy as jnp
+from jax.interpreters import ad
 
 from jax_camp import backends, registration
 from jax_camp.ops import _checks
@@ -87,9 +88,10 @@ def softmax(
         "xla"; see ``jax_camp.backends``.
 
     Returns:
-      An array of ``x``'s shape and dtype. Differentiable: the backward is
-      ``dx = y * (g - sum(g * y))``, a single kernel that reuses the forward's
-      output instead of recomputing it.
+      An array of ``x``'s shape and dtype. Differentiable in both modes and to any order:
+      reverse mode's ``dx = y * (g - sum(g * y))`` and forward mode's tangent
+      ``y * (t - sum(y * t))`` are one kernel that reuses the forward's output instead of
+      recomputing it.
     """
     backend = backends.resolve(backend)
     x = _checks.float_array("softmax", "x", x)
@@ -107,18 +109,45 @@ def _softmax(x: jax.Array, axes: tuple[int, ...], backend: str) -> jax.Array:
     return _checks.restore_from_last(_softmax_last_axis(rows, backend), x.shape, axes)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _softmax_last_axis(x: jax.Array, backend: str) -> jax.Array:
     return backends.kernel_call(SOFTMAX, backend, x)
 
 
-def _forward(x: jax.Array, backend: str) -> tuple[jax.Array, jax.Array]:
-    y = _softmax_last_axis(x, backend)
-    return y, y
+# Derivative rules. softmax's Jacobian, diag(y) - y y^T, is symmetric, so one map serves
+# forward mode (tangent t -> y * (t - sum(y * t))) and reverse mode (cotangent g -> the same
+# of g): the backward kernel, from the forward's output y, nothing recomputed. The backward
+# kernel is linear in its second operand, so its transpose is itself; its derivative in y,
+# needed only for second-order derivatives, is plain JAX.
+_softmax_p = backends.primitive(SOFTMAX)
+_backward_p = backends.primitive(SOFTMAX_BACKWARD)
 
 
-def _backward(backend: str, y: jax.Array, g: jax.Array) -> tuple[jax.Array]:
-    return (backends.kernel_call(SOFTMAX_BACKWARD, backend, y, g.astype(y.dtype)),)
+def _softmax_jvp(primals, tangents, *, backend: str):
+    (x,), (t,) = primals, tangents
+    y = _softmax_p.bind(x, backend=backend)
+    t = ad.instantiate_zeros(t).astype(y.dtype)
+    return y, _backward_p.bind(y, t, backend=backend)
 
 
-_softmax_last_axis.defvjp(_forward, _backward)
+def _backward_jvp_in_y(dy: jax.Array, y: jax.Array, g: jax.Array, *, backend: str) -> jax.Array:
+    # d/dy of y * (g - sum(y * g)) along dy: dy * (g - sum(y * g)) - y * sum(dy * g).
+    y32, g32, dy32 = (v.astype(jnp.float32) for v in (y, g, dy))
+    dot = jnp.sum(y32 * g32, axis=-1, keepdims=True)
+    d_dot = jnp.sum(dy32 * g32, axis=-1, keepdims=True)
+    return (dy32 * (g32 - dot) - y32 * d_dot).astype(y.dtype)
+
+
+def _backward_jvp_in_g(dg: jax.Array, y: jax.Array, g: jax.Array, *, backend: str) -> jax.Array:
+    return _backward_p.bind(y, dg.astype(y.dtype), backend=backend)
+
+
+def _backward_transpose(ct, y, g, *, backend: str):
+    assert not ad.is_undefined_primal(y), "the backward is linear in g alone"
+    if type(ct) is ad.Zero:
+        return None, ad.Zero(g.aval)
+    return None, _backward_p.bind(y, ct, backend=backend)
+
+
+ad.primitive_jvps[_softmax_p] = _softmax_jvp
+ad.defjvp(_backward_p, _backward_jvp_in_y, _backward_jvp_in_g)
+ad.primitive_transposes[_backward_p] = _backward_transpose

@@ -6,6 +6,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.interpreters import ad
 
 from jax_camp import backends, registration
 from jax_camp.ops import _checks
@@ -74,17 +75,10 @@ def _vector_add(x: jax.Array, y: jax.Array, shape: tuple[int, ...], backend: str
     return _checks.weakly_typed_as(_vector_add_kernel(xs, ys, backend), weak)
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(2,))
 def _vector_add_kernel(x: jax.Array, y: jax.Array, backend: str) -> jax.Array:
     return backends.kernel_call(VECTOR_ADD, backend, x, y)
 
 
-def _forward(x: jax.Array, y: jax.Array, backend: str) -> tuple[jax.Array, None]:
-    return _vector_add_kernel(x, y, backend), None
-
-
-def _backward(backend: str, _: None, g: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return g, g
-
-
-_vector_add_kernel.defvjp(_forward, _backward)
+# The sum is linear: its tangent is the sum of the tangents (by the kernel), and its
+# cotangent reaches both operands.
+ad.deflinear2(backends.primitive(VECTOR_ADD), lambda ct, x, y, *, backend: [ct, ct])
