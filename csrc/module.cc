@@ -25,13 +25,13 @@ nb::dict Registrations() {
   nb::dict platforms;
   nb::dict cpu;
 #define JAX_CAMP_OP(name)
-#define JAX_CAMP_TARGET(target, Handler) cpu["jax_camp_" #target] = Capsule(JaxCamp##Handler##Cpu);
+#define JAX_CAMP_TARGET(target, Handler) cpu[#target] = Capsule(JaxCamp##Handler##Cpu);
 #include "ops.inc"
 #undef JAX_CAMP_TARGET
   platforms["cpu"] = cpu;
 #ifdef JAX_CAMP_WITH_CUDA
   nb::dict cuda;
-#define JAX_CAMP_TARGET(target, Handler) cuda["jax_camp_" #target] = Capsule(JaxCamp##Handler##Cuda);
+#define JAX_CAMP_TARGET(target, Handler) cuda[#target] = Capsule(JaxCamp##Handler##Cuda);
 #include "ops.inc"
 #undef JAX_CAMP_TARGET
   platforms["CUDA"] = cuda;

@@ -2,8 +2,9 @@
 
 ``copy``, ``vector_add``, ``reduce_sum`` and ``softmax`` follow the
 signatures and semantics of their ``jax.numpy`` / ``jax.nn`` counterparts and
-work under ``jax.jit``, ``jax.vmap`` and ``jax.grad``. Each takes a
-``backend`` keyword; see ``jax_camp.backends``.
+work under ``jax.jit``, ``jax.vmap``, both modes of differentiation, sharding and
+``jax.export`` (with ``export_checks()``). Each takes a ``backend`` keyword; see
+``jax_camp.backends``.
 """
 
 # The compiled module, loaded before the ops: each op module registers its kernels there.
@@ -13,6 +14,7 @@ from jax_camp.ops.copy import copy
 from jax_camp.ops.reduce_sum import reduce_sum
 from jax_camp.ops.softmax import softmax
 from jax_camp.ops.vector_add import vector_add
+from jax_camp.registration import export_checks
 
-__all__ = ["BACKENDS", "copy", "reduce_sum", "softmax", "vector_add"]
+__all__ = ["BACKENDS", "copy", "export_checks", "reduce_sum", "softmax", "vector_add"]
 __version__ = "0.1.0"

@@ -1,7 +1,7 @@
 """Loads jax_camp's compiled module and registers its XLA FFI handlers with JAX.
 
 Each op module registers its kernels' descriptions (``jax_camp.ops._spec.OpSpec``)
-here as it is imported. A kernel has one target name (``jax_camp_softmax``, ...)
+here as it is imported. A kernel has one target name (``jax_camp_v1_softmax``, ...)
 registered for every platform the extension was built for: the host kernel for
 "cpu", the CUDA kernel for "CUDA". XLA picks the one for the platform it
 compiles for, so a single jitted function runs on either.
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 # Before the compiled module: with the module loaded first, importing jax
 # crashed the interpreter on the GPU machine (in ml_dtypes' float printing).
 import jax
+from jax import export as jax_export
 
 if TYPE_CHECKING:
     from jax_camp.ops._spec import OpSpec
@@ -58,7 +59,7 @@ except ImportError:
 
 BUILT_WITH_CUDA: bool = _kernels.built_with_cuda
 
-# Per platform ("cpu", "CUDA"), the compiled module's handlers by FFI target name.
+# Per platform ("cpu", "CUDA"), the compiled module's handlers by kernel name (csrc/ops.inc).
 _HANDLERS: dict[str, dict[str, object]] = _kernels.registrations()
 
 # Every kernel's description by name, in the order the op modules register them.
@@ -68,10 +69,26 @@ SPECS: dict[str, OpSpec] = {}
 def register(spec: OpSpec) -> None:
     """Registers ``spec``'s FFI target with JAX on every platform the module was built for."""
     for platform, handlers in _HANDLERS.items():
-        if spec.ffi_target not in handlers:
+        if spec.name not in handlers:
             raise RuntimeError(
-                f"jax_camp's compiled module has no {platform} handler {spec.ffi_target!r} "
-                f"for op {spec.name!r}; rebuild it (pip install .)"
+                f"jax_camp's compiled module has no {platform} handler for kernel "
+                f"{spec.name!r}; rebuild it (pip install .)"
             )
-        jax.ffi.register_ffi_target(spec.ffi_target, handlers[spec.ffi_target], platform=platform)
+        jax.ffi.register_ffi_target(spec.ffi_target, handlers[spec.name], platform=platform)
     SPECS[spec.name] = spec
+
+
+def export_checks() -> list[jax_export.DisabledSafetyCheck]:
+    """What ``jax.export.export`` needs to export a function that calls jax_camp's kernels:
+
+        exported = jax.export.export(jax.jit(f), disabled_checks=jax_camp.export_checks())(x)
+
+    jax.export admits only custom calls it knows to be stable; these name jax_camp's FFI
+    targets, whose stability is jax_camp's to keep: each target carries the version of its
+    calling convention (``OpSpec.ffi_target``), so a program exported against another fails to
+    find its targets instead of calling them wrongly. Calling an exported program needs
+    ``import jax_camp`` first, which registers the targets. The CUDA and host kernels export;
+    the TileLang backend's targets are compiled per process and do not.
+    """
+    return [jax_export.DisabledSafetyCheck.custom_call(spec.ffi_target) for spec in SPECS.values()]
+

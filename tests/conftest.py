@@ -60,34 +60,34 @@ def backend(request: pytest.FixtureRequest) -> str | None:
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """Orders the tests: those that time the machine (a module with ``TIMES_THE_MACHINE``) first,
-    on a quiet machine; those that wait on compiler runs (tests/background_compiles.py) last, so
-    that their compilers, started once the timing is done, work beside everything between."""
-    from background_compiles import BackgroundCompiles
+    on a quiet machine; those that wait on background runs (tests/background_runs.py) last, so
+    that those runs, started once the timing is done, work beside everything between."""
+    from background_runs import BackgroundRuns
 
     if config.option.collectonly:
         return
     timing = [item for item in items if getattr(item.module, "TIMES_THE_MACHINE", False)]
-    compiling = []
-    for compiles in BackgroundCompiles.declared:
-        mine = [item for item in items if item.module.__name__ == compiles.module]
+    waiting = []
+    for runs in BackgroundRuns.declared:
+        mine = [item for item in items if item.module.__name__ == runs.module]
         if mine:
-            compiles.wanted = True
-            compiling += mine
-    placed = {id(item) for item in timing + compiling}
-    items[:] = timing + [item for item in items if id(item) not in placed] + compiling
+            runs.wanted = True
+            waiting += mine
+    placed = {id(item) for item in timing + waiting}
+    items[:] = timing + [item for item in items if id(item) not in placed] + waiting
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    from background_compiles import BackgroundCompiles
+    from background_runs import BackgroundRuns
 
     if not getattr(item.module, "TIMES_THE_MACHINE", False):
-        for compiles in BackgroundCompiles.declared:
-            if compiles.wanted:
-                compiles.start()
+        for runs in BackgroundRuns.declared:
+            if runs.wanted:
+                runs.start(item.config)
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    from background_compiles import BackgroundCompiles
+    from background_runs import BackgroundRuns
 
-    for compiles in BackgroundCompiles.declared:
-        compiles.cleanup()
+    for runs in BackgroundRuns.declared:
+        runs.cleanup()

@@ -23,33 +23,33 @@ import pytest
 
 import jax.ffi
 
-from background_compiles import BackgroundCompiles
+from background_runs import BackgroundRuns
 from helpers import NVCC, ROOT, progress
 
 OPS = ("copy", "vector_add", "reduce_sum", "softmax")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 
 
-def _nvcc(op: str) -> Callable[[Path], list[str]]:
+def _nvcc(op: str) -> Callable[[Path, pytest.Config], list[str]]:
     """nvcc's command for csrc/<op>/<op>.cu for sm_90, writing into a folder: ``-cubin``
     compiles the device code only (no host object, which nothing here reads), ``-Xptxas -v``
     reports each kernel's registers and spills, and ``--keep`` leaves the PTX that ptxas was
     given, the same text ``-ptx`` writes."""
-    def command(folder: Path) -> list[str]:
+    def command(folder: Path, _: pytest.Config) -> list[str]:
         return [NVCC, "-std=c++17", "-O3", "-arch=sm_90", "--expt-relaxed-constexpr",
                 f"-I{jax.ffi.include_dir()}", str(ROOT / "csrc" / op / f"{op}.cu"),
                 "-cubin", "-Xptxas", "-v", "--keep", f"--keep-dir={folder}", "-o", str(folder / f"{op}.cubin")]
     return command
 
 
-# Started while the other tests run (tests/background_compiles.py).
-COMPILES = BackgroundCompiles(__name__, {op: _nvcc(op) for op in OPS}) if NVCC else None
+# Started while the other tests run (tests/background_runs.py).
+RUNS = BackgroundRuns(__name__, {op: _nvcc(op) for op in OPS}) if NVCC else None
 
 
 @pytest.fixture(scope="module")
 def builds(request) -> dict[str, tuple[str, str]]:
     """(ptxas -v report, PTX) of each op's .cu."""
-    done = COMPILES.wait(lambda line: progress(request.config, line))
+    done = RUNS.wait(request.config, lambda line: progress(request.config, line))
     progress(request.config, "test_cuda_codegen: " + ", ".join(
         f"{op}.cu compiled in {seconds:.0f} s" for op, (_, _, seconds) in done.items()))
     return {op: (stderr, (folder / f"{op}.ptx").read_text()) for op, (folder, stderr, _) in done.items()}

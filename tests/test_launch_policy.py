@@ -19,7 +19,7 @@ import pytest
 
 import jax.ffi
 
-from background_compiles import BackgroundCompiles
+from background_runs import BackgroundRuns
 from helpers import NVCC, ROOT, progress
 from jax_camp import _kernels
 
@@ -150,15 +150,15 @@ int main(int argc, char** argv) {
 """
 
 
-def _driver_command(folder: Path) -> list[str]:
+def _driver_command(folder: Path, _: pytest.Config) -> list[str]:
     (folder / "driver.cu").write_text(DRIVER)
     return [NVCC, "-std=c++17", "-O1", "-arch=sm_90", "--expt-relaxed-constexpr",
             f"-I{jax.ffi.include_dir()}", f"-I{ROOT / 'csrc'}", str(folder / "driver.cu"),
             "-o", str(folder / "driver")]
 
 
-# Compiled while the other tests run (tests/background_compiles.py).
-COMPILES = BackgroundCompiles(__name__, {"driver": _driver_command}) if NVCC else None
+# Compiled while the other tests run (tests/background_runs.py).
+RUNS = BackgroundRuns(__name__, {"driver": _driver_command}) if NVCC else None
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +166,7 @@ def driver(request) -> Path:
     """The driver's binary."""
     if NVCC is None:
         pytest.skip("needs nvcc")
-    (folder, _, _), = COMPILES.wait(lambda line: progress(request.config, line)).values()
+    (folder, _, _), = RUNS.wait(request.config, lambda line: progress(request.config, line)).values()
     return folder / "driver"
 
 

@@ -20,6 +20,13 @@ import numpy as np
 SUPPORTED_DTYPES: tuple[np.dtype, ...] = (
     jnp.dtype(jnp.float32), jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16)
 )
+# The version of the kernels' calling convention, in every FFI target's name
+# (OpSpec.ffi_target): a program exported with jax.export names the targets it
+# calls, so one exported against another convention fails to find them rather
+# than calling a handler with the wrong operands. Raise it whenever any
+# handler's operands, results or attributes change.
+FFI_VERSION = 1
+
 # "float32, bfloat16 or float16", for error messages.
 SUPPORTED_DTYPE_NAMES = (
     ", ".join(d.name for d in SUPPORTED_DTYPES[:-1]) + " or " + SUPPORTED_DTYPES[-1].name
@@ -37,8 +44,8 @@ class OpSpec:
     """One kernel: ``arity`` operands of one shape and dtype in, one array of that dtype out.
 
     Attributes:
-      name: the kernel's name, e.g. "softmax_backward"; its FFI target is
-        ``jax_camp_<name>`` (``ffi_target``).
+      name: the kernel's name, e.g. "softmax_backward", as csrc/ops.inc lists
+        it; its FFI target is ``jax_camp_v<FFI_VERSION>_<name>`` (``ffi_target``).
       arity: how many operands the kernel takes.
       sharding_rule: the Shardy rule of the call; "i" names the last dim of a
         kernel that works along rows.
@@ -68,9 +75,9 @@ class OpSpec:
 
     @property
     def ffi_target(self) -> str:
-        """The XLA FFI target that runs the kernel, the same on every platform: the C++
-        module registers one handler per platform under it (csrc/ops.inc)."""
-        return f"jax_camp_{self.name}"
+        """The XLA FFI target that runs the kernel, the same on every platform, under which
+        registration puts the C++ module's handler for each platform (csrc/ops.inc)."""
+        return f"jax_camp_v{FFI_VERSION}_{self.name}"
 
     def result_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The result's shape for operands of ``shape``."""

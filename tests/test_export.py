@@ -1,0 +1,108 @@
+"""jax.export of functions that call jax_camp: serialized, then called in a fresh process."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax import export
+
+import jax_camp
+from helpers import f64, random_normal
+from jax_camp import registration
+from jax_camp.ops import _spec
+
+if importlib.util.find_spec("flatbuffers") is None:
+    pytest.skip(
+        "jax.export's serialization needs flatbuffers: pip install .[export]", allow_module_level=True
+    )
+
+# Loads an exported program and its inputs, calls it, and saves what it returns.
+_CALL_IN_A_FRESH_PROCESS = """
+import sys
+import numpy as np
+from jax import export
+import jax_camp  # registers the FFI targets the program calls
+exported = export.deserialize(open(sys.argv[1], "rb").read())
+inputs = np.load(sys.argv[2])
+np.save(sys.argv[3], np.asarray(exported.call(inputs["x"], inputs["w"])))
+"""
+
+
+def _program(backend):
+    """Every op, forward mode and reverse mode, in one function of (x, w)."""
+
+    def f(x, w):
+        softmax = lambda v: jax_camp.softmax(v, backend=backend)
+        dx = jax.grad(lambda v: jnp.sum(softmax(v) * w))(x)
+        _, tangent = jax.jvp(softmax, (x,), (w,))
+        total = jax_camp.reduce_sum(jax_camp.copy(x, backend=backend), backend=backend)
+        return jax_camp.vector_add(dx + tangent, total[:, None], backend=backend)
+
+    return f
+
+
+@pytest.mark.parametrize("platforms", [None, ("cpu", "cuda")], ids=["this platform", "cpu+cuda"])
+def test_round_trip_in_a_fresh_process(platforms, backend, tmp_path):
+    if backend == "tilelang":
+        pytest.skip("TileLang's targets are compiled per process (test_tilelang_targets_do_not_export)")
+    if platforms and backend is not None and backend != "xla":
+        pytest.skip(f"backend={backend!r} lowers for one platform; cpu+cuda takes the default")
+    x = random_normal((6, 40), jnp.float32, scale=3.0)
+    w = random_normal((6, 40), jnp.float32)
+    f = _program(backend)
+    exported = export.export(jax.jit(f), disabled_checks=jax_camp.export_checks(), platforms=platforms)(x, w)
+    if backend != "xla":
+        text = exported.mlir_module()
+        assert all(name in text for name in ("softmax", "softmax_backward", "reduce_sum", "copy"))
+    (tmp_path / "program.bin").write_bytes(exported.serialize())
+    np.savez(tmp_path / "inputs.npz", x=np.asarray(x), w=np.asarray(w))
+    # From tests/, not the repository root, whose jax_camp/ is the uncompiled source.
+    run = subprocess.run(
+        [sys.executable, "-c", _CALL_IN_A_FRESH_PROCESS, str(tmp_path / "program.bin"),
+         str(tmp_path / "inputs.npz"), str(tmp_path / "out.npy")],
+        cwd=Path(__file__).resolve().parent, env=dict(os.environ), capture_output=True, text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), f64(jax.jit(f)(x, w)), rtol=1e-6, atol=1e-6)
+
+
+def test_export_checks_name_every_kernel():
+    checks = jax_camp.export_checks()
+    assert checks == [
+        export.DisabledSafetyCheck.custom_call(spec.ffi_target) for spec in registration.SPECS.values()
+    ]
+    assert all(f"_v{_spec.FFI_VERSION}_" in spec.ffi_target for spec in registration.SPECS.values())
+
+
+def test_a_program_of_another_ffi_version_fails_clearly(backend, monkeypatch):
+    if backend in ("xla", "tilelang"):
+        pytest.skip("only the CUDA and host kernels export")
+    x = random_normal((3, 16), jnp.float32)
+    monkeypatch.setattr(_spec, "FFI_VERSION", 999)
+    exported = export.export(
+        jax.jit(lambda v: jax_camp.softmax(v * 2.0, backend=backend)),
+        disabled_checks=jax_camp.export_checks(),
+    )(x)
+    monkeypatch.undo()
+    with pytest.raises(Exception, match="jax_camp_v999_softmax"):
+        export.deserialize(exported.serialize()).call(x)
+
+
+def test_tilelang_targets_do_not_export(backend):
+    if backend != "tilelang":
+        pytest.skip("a TileLang test")
+    x = random_normal((3, 16), jnp.float32)
+    with pytest.raises(ValueError, match="custom call"):
+        export.export(
+            jax.jit(lambda v: jax_camp.softmax(v, backend=backend)),
+            disabled_checks=jax_camp.export_checks(),
+        )(x)
