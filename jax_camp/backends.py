@@ -82,7 +82,7 @@ def primitive(spec: OpSpec) -> Primitive:
     p.def_abstract_eval(
         lambda operand, *_, backend: ShapedArray(spec.result_shape(operand.shape), operand.dtype)
     )
-    p.def_impl(lambda *xs, backend: jax.jit(functools.partial(p.bind, backend=backend))(*xs))
+    p.def_impl(lambda *xs, backend: _jitted_bind(p, backend)(*xs))
     batching.primitive_batchers[p] = functools.partial(_batch_as_rows, p)
     mlir.register_lowering(p, functools.partial(_lowering, spec))
     # The lowering holds a custom_partitioning call, which needs the devices to lower for; JAX
@@ -93,6 +93,12 @@ def primitive(spec: OpSpec) -> Primitive:
 
 
 _PRIMITIVES: dict[str, Primitive] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted_bind(p: Primitive, backend: str):
+    """A primitive bound outside jit runs as its own jitted call, compiled once per backend."""
+    return jax.jit(functools.partial(p.bind, backend=backend))
 
 
 def _batch_as_rows(p: Primitive, operands, batch_dims, *, backend: str):
