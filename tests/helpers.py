@@ -33,6 +33,15 @@ def random_normal(shape: tuple[int, ...], dtype, scale: float = 1.0) -> jax.Arra
     return jnp.asarray(values.astype(jnp.dtype(dtype)))
 
 
+def on_this_machine(shapes: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """``shapes`` where JAX sees a GPU; elsewhere those of at most 2**20 elements. The larger ones
+    are there to reach the GPU kernels' paths (clusters, streamed rows, capped grids), and the
+    host kernels, all a machine without a GPU runs, take every row the same way."""
+    from conftest import has_gpu
+
+    return list(shapes) if has_gpu() else [s for s in shapes if math.prod(s) <= 2**20]
+
+
 def f64(x) -> np.ndarray:
     """x's values in float64, exactly (converted on the host, with no XLA program to compile)."""
     return np.asarray(x).astype(np.float64)
