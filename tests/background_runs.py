@@ -29,19 +29,21 @@ Command = Callable[[Path, pytest.Config], list[str]]
 
 
 class BackgroundRuns:
-    """Named commands, each run in its own empty folder's name (``command(folder, config)``),
-    from ``cwd`` with ``env`` if given; a run's stdout and stderr go to one text."""
+    """Named commands, each given an empty folder of its own (``command(folder, config)`` makes
+    its command line) and run from ``cwd`` with ``env`` if given; a run's stdout and stderr go
+    to one text. A run still going after ``timeout_s`` is stopped and fails its test."""
 
     declared: list[BackgroundRuns] = []
 
     def __init__(
         self, module: str, commands: dict[str, Command], *, cwd: Path | None = None,
-        env: dict[str, str] | None = None,
+        env: dict[str, str] | None = None, timeout_s: float = 900,
     ) -> None:
         self.module = module  # the test module's name, as pytest's items name it
         self.commands = commands
         self.cwd = cwd
         self.env = env
+        self.timeout_s = timeout_s
         self.wanted = False  # whether the session runs a test of the module
         self.folder: Path | None = None
         self.runs: dict[str, tuple[subprocess.Popen, float]] = {}
@@ -62,7 +64,9 @@ class BackgroundRuns:
                 )
             self.runs[name] = (run, time.monotonic())
 
-    def wait(self, config: pytest.Config, say: Callable[[str], None]) -> dict[str, tuple[Path, str, float]]:
+    def wait(
+        self, config: pytest.Config, say: Callable[[str], None]
+    ) -> dict[str, tuple[Path, str, float]]:
         """Each run's (folder, output, seconds since it started); fails the test on a run that
         failed. Starts the runs first if the session did not."""
         self.start(config)
@@ -70,6 +74,13 @@ class BackgroundRuns:
         waited = time.monotonic()
         while len(done) < len(self.runs):
             for name, (run, started) in self.runs.items():
+                late = time.monotonic() - started > self.timeout_s
+                if name not in done and run.poll() is None and late:
+                    run.kill()
+                    run.wait()
+                    output = (self.folder / name / "output.txt").read_text()
+                    raise AssertionError(f"{self.module}: {name} still ran after "
+                                         f"{self.timeout_s:.0f} s:\n{output[-6000:]}")
                 if name not in done and run.poll() is not None:
                     folder = self.folder / name
                     output = (folder / "output.txt").read_text()
