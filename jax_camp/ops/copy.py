@@ -40,11 +40,7 @@ def _copy(x: jax.Array, backend: str) -> jax.Array:
         return jnp.copy(x)
     if x.size == 0:
         return jnp.empty_like(x)
-    return _checks.weakly_typed_as(_copy_kernel(x, backend), jax.typeof(x).weak_type)
-
-
-def _copy_kernel(x: jax.Array, backend: str) -> jax.Array:
-    return backends.kernel_call(COPY, backend, x)
+    return _checks.weakly_typed_as(backends.kernel_call(COPY, backend, x), jax.typeof(x).weak_type)
 
 
 # copy is linear: its tangent is the copy of the tangent, its cotangent passes through.

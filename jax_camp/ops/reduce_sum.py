@@ -72,11 +72,7 @@ def _reduce_sum(x: jax.Array, axes: tuple[int, ...], keepdims: bool, backend: st
     if x.size == 0:
         return jnp.zeros(out_shape, x.dtype)
     rows = _checks.move_to_last(x, axes)
-    return _reduce_sum_last_axis(rows, backend).reshape(out_shape)
-
-
-def _reduce_sum_last_axis(x: jax.Array, backend: str) -> jax.Array:
-    return backends.kernel_call(REDUCE_SUM, backend, x)
+    return backends.kernel_call(REDUCE_SUM, backend, rows).reshape(out_shape)
 
 
 def _reduce_sum_transpose(ct: jax.Array, x, *, backend: str) -> list[jax.Array]:

@@ -106,11 +106,7 @@ def _softmax(x: jax.Array, axes: tuple[int, ...], backend: str) -> jax.Array:
     if x.size == 0:
         return jnp.empty_like(x)
     rows = _checks.move_to_last(x, axes)
-    return _checks.restore_from_last(_softmax_last_axis(rows, backend), x.shape, axes)
-
-
-def _softmax_last_axis(x: jax.Array, backend: str) -> jax.Array:
-    return backends.kernel_call(SOFTMAX, backend, x)
+    return _checks.restore_from_last(backends.kernel_call(SOFTMAX, backend, rows), x.shape, axes)
 
 
 # Derivative rules. softmax's Jacobian, diag(y) - y y^T, is symmetric, so one map serves

@@ -72,11 +72,7 @@ def _vector_add(x: jax.Array, y: jax.Array, shape: tuple[int, ...], backend: str
     # and grad sums the cotangent over broadcast dims by itself.
     xs = jnp.broadcast_to(x.astype(dtype), shape)
     ys = jnp.broadcast_to(y.astype(dtype), shape)
-    return _checks.weakly_typed_as(_vector_add_kernel(xs, ys, backend), weak)
-
-
-def _vector_add_kernel(x: jax.Array, y: jax.Array, backend: str) -> jax.Array:
-    return backends.kernel_call(VECTOR_ADD, backend, x, y)
+    return _checks.weakly_typed_as(backends.kernel_call(VECTOR_ADD, backend, xs, ys), weak)
 
 
 # The sum is linear: its tangent is the sum of the tangents (by the kernel), and its
