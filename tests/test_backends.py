@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import subprocess
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -45,6 +48,22 @@ def test_environment_sets_the_default(monkeypatch):
     monkeypatch.setenv("JAX_CAMP_BACKEND", "nope")
     with pytest.raises(ValueError, match="JAX_CAMP_BACKEND='nope'"):
         jax_camp.softmax(x)
+
+
+def test_require_backend_fails_where_a_backend_would_skip():
+    """conftest.py's --require-backend: a backend this machine cannot run (cuda without a GPU,
+    cpu where the default device is a GPU) fails the op tests instead of skipping them."""
+    missing = "cpu" if has_gpu() else "cuda"
+    test = f"{Path(__file__).resolve().parent / 'test_copy.py'}::test_zero_size"
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test,
+               f"--backend={missing}"]
+    # From tests/, not the repository root, whose jax_camp/ is the uncompiled source.
+    here = Path(__file__).resolve().parent
+    skipped = subprocess.run(command, cwd=here, capture_output=True, text=True, timeout=300)
+    assert skipped.returncode == 0 and "skipped" in skipped.stdout, skipped.stdout[-2000:]
+    failed = subprocess.run(command + ["--require-backend"], cwd=here, capture_output=True,
+                            text=True, timeout=300)
+    assert failed.returncode != 0 and "(--require-backend)" in failed.stdout, failed.stdout[-2000:]
 
 
 @pytest.mark.parametrize("backend", ["cuda", "tilelang"])
