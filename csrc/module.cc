@@ -40,21 +40,27 @@ nb::dict Registrations() {
   return platforms;
 }
 
-// The plan the CUDA launcher makes for a row kernel ("softmax", "softmax_backward"
-// or "reduce_sum") over rows of `cols` elements of `item_bytes` bytes, for the
-// tests that check which shapes reach which kernel path. Host code: it needs
-// no GPU, and CPU-only builds have it too.
+// The plan the CUDA launcher makes for a row kernel ("reduce_sum", "softmax",
+// "softmax_backward" or one of log_softmax's, which run softmax's under its
+// policies) over rows of `cols` elements of `item_bytes` bytes, for the tests
+// that check which shapes reach which kernel path. Host code: it needs no GPU,
+// and CPU-only builds have it too.
 nb::dict RowPlan(const std::string& kernel, int64_t rows, int64_t cols, int item_bytes,
                  bool aligned, int architecture, int sm_count) {
   using namespace jax_camp;
   if (item_bytes != 2 && item_bytes != 4)
     throw std::invalid_argument("item_bytes must be 2 or 4");
-  const int chunks = kernel == "softmax" ? 1 : kernel == "softmax_backward" ? 2 : 0;
+  // The chunks of a row a softmax kernel holds: the forward's x, the backward's y and g.
+  const int chunks = kernel == "softmax" || kernel == "log_softmax" ? 1
+                     : kernel == "softmax_backward" || kernel == "log_softmax_backward" ||
+                             kernel == "log_softmax_tangent"
+                         ? 2
+                         : 0;
   if (chunks == 0 && kernel != "reduce_sum")
     throw std::invalid_argument("no row kernel " + kernel);
-  const RowPolicy policy = kernel == "softmax"            ? softmax::kForwardPolicy
-                           : kernel == "softmax_backward" ? softmax::kBackwardPolicy
-                                                          : reduce_sum::PolicyFor(item_bytes);
+  const RowPolicy policy = chunks == 1   ? softmax::kForwardPolicy
+                           : chunks == 2 ? softmax::kBackwardPolicy
+                                         : reduce_sum::PolicyFor(item_bytes);
   const int pack = RowPack(item_bytes, cols, aligned);
   const RowLaunch plan =
       PlanRowLaunch(rows, cols / pack, policy, RowTarget{pack, architecture, sm_count});

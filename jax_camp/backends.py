@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Sequence
+from typing import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
 from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax._src import dispatch
-from jax.interpreters import batching, mlir
+from jax.interpreters import ad, batching, mlir
 
 from jax_camp import sharding
 from jax_camp.ops._spec import OpSpec
@@ -145,11 +145,49 @@ def _local_kernel_call(spec: OpSpec, backend: str, *operands: jax.Array) -> jax.
     return call(*operands)[0]
 
 
+def def_jvp_from_output(p: Primitive, tangent: Primitive) -> None:
+    """The JVP of a kernel ``y = p(x)`` whose tangent is the kernel ``tangent(y, t)``, from
+    its output: nothing of the forward is recomputed."""
+
+    def jvp(primals, tangents, *, backend: str):
+        (x,), (t,) = primals, tangents
+        y = p.bind(x, backend=backend)
+        t = ad.instantiate_zeros(t).astype(y.dtype)
+        return y, tangent.bind(y, t, backend=backend)
+
+    ad.primitive_jvps[p] = jvp
+
+
+def def_linear_in_second(
+    p: Primitive,
+    jvp_in_first: Callable[..., jax.Array],
+    transpose: Primitive,
+) -> None:
+    """Derivative rules for a kernel ``p(y, v)`` that is linear in ``v`` given ``y``, as a
+    softmax backward is in its cotangent (and a tangent map in its tangent) given the forward's
+    output ``y``: its JVP is ``jvp_in_first(dy, y, v, backend=...)`` plus ``p(y, dv)``, and its
+    transpose in ``v`` is the kernel ``transpose(y, ct)``. ``y`` is never a linear input."""
+
+    def jvp_in_second(dv: jax.Array, y: jax.Array, v: jax.Array, *, backend: str) -> jax.Array:
+        return p.bind(y, dv.astype(y.dtype), backend=backend)
+
+    def transpose_rule(ct, y, v, *, backend: str):
+        assert not ad.is_undefined_primal(y), "linear in its second operand alone"
+        if type(ct) is ad.Zero:
+            return None, ad.Zero(v.aval)
+        return None, transpose.bind(y, ct, backend=backend)
+
+    ad.defjvp(p, jvp_in_first, jvp_in_second)
+    ad.primitive_transposes[p] = transpose_rule
+
+
 def uses_kernels(backend: str) -> bool:
     """False for the "xla" reference backend, which runs plain JAX."""
     return backend != "xla"
 
 
 __all__: Sequence[str] = (
-    "BACKENDS", "ENV_VAR", "resolve", "primitive", "kernel_call", "uses_kernels"
+    "BACKENDS", "ENV_VAR", "resolve", "primitive", "kernel_call", "def_jvp_from_output",
+    "def_linear_in_second",
+    "uses_kernels"
 )

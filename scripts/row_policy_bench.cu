@@ -88,10 +88,11 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   BENCH_CHECK(cudaMemset(g, 0x3c, bytes));
   TimeRow<T, softmax::kForwardPolicy>(
       "forward", dtype, rows, cols,
-      softmax::SelectForwardKernel<T>{}, LaunchScratch{row_counter}, (const T*)x, y, rows, cols);
+      softmax::SelectForwardKernel<softmax::Output::kSoftmax, T>{}, LaunchScratch{row_counter},
+      (const T*)x, y, rows, cols);
   TimeRow<T, softmax::kBackwardPolicy>(
       "backward", dtype, rows, cols,
-      softmax::SelectBackwardKernel<T>{}, LaunchScratch{},
+      softmax::SelectBackwardKernel<softmax::SoftmaxGradient, T>{}, LaunchScratch{},
       (const T*)y, (const T*)g, x, rows, cols);
   TimeRow<T, reduce_sum::kPolicy<T>>(
       "reduce", dtype, rows, cols,

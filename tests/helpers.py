@@ -55,6 +55,12 @@ def softmax_reference(x, axis=-1) -> np.ndarray:
     return e / np.sum(e, axis=axis, keepdims=True)
 
 
+def log_softmax_reference(x, axis=-1) -> np.ndarray:
+    """float64 log_softmax of x's (rounded) values: x - max - log(sum(exp(x - max)))."""
+    shifted = f64(x) - np.max(f64(x), axis=axis, keepdims=True)
+    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+
+
 def assert_close(actual, expected, dtype, *, scale: float = 1.0) -> None:
     """|actual - expected| <= tol * (scale + |expected|), NaN where expected is NaN."""
     tol = TOLERANCE[jnp.dtype(dtype)]

@@ -26,7 +26,7 @@ import jax.ffi
 from background_runs import BackgroundRuns
 from helpers import NVCC, ROOT, progress
 
-OPS = ("copy", "vector_add", "reduce_sum", "softmax")
+OPS = ("copy", "vector_add", "reduce_sum", "softmax", "log_softmax")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc")
 
 
@@ -63,8 +63,9 @@ def _kernels(ptx: str) -> dict[str, str]:
 
 
 def _pack(name: str) -> int:
-    """The kPack template argument of a kernel's mangled name (the int after its type)."""
-    return int(re.search(r"Kernel(?:I(?:f|6__half|13__nv_bfloat16))Li(\d+)E", name).group(1))
+    """The kPack template argument of a kernel's mangled name (the int after its element type,
+    which follows softmax's output or gradient where the kernel has one)."""
+    return int(re.search(r"(?:f|6__half|13__nv_bfloat16)Li(\d+)E", name).group(1))
 
 
 def _packed_kernels(builds, op: str) -> dict[str, str]:
@@ -91,7 +92,7 @@ def test_no_spills(builds, op):
     assert not spilling, f"{op}: spills in {spilling}"
 
 
-@pytest.mark.parametrize("op", ("reduce_sum", "softmax"))
+@pytest.mark.parametrize("op", ("reduce_sum", "softmax", "log_softmax"))
 def test_row_kernels_move_packs_128_bits_at_a_time(builds, op):
     for name, body in _packed_kernels(builds, op).items():
         vector, scalar = _global_accesses(body)

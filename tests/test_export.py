@@ -41,8 +41,9 @@ def _program(backend):
 
     def f(x, w):
         softmax = lambda v: jax_camp.softmax(v, backend=backend)
-        dx = jax.grad(lambda v: jnp.sum(softmax(v) * w))(x)
-        _, tangent = jax.jvp(softmax, (x,), (w,))
+        log_softmax = lambda v: jax_camp.log_softmax(v, backend=backend)
+        dx = jax.grad(lambda v: jnp.sum(softmax(v) * w + log_softmax(v) * w))(x)
+        _, tangent = jax.jvp(lambda v: softmax(v) + log_softmax(v), (x,), (w,))
         total = jax_camp.reduce_sum(jax_camp.copy(x, backend=backend), backend=backend)
         return jax_camp.vector_add(dx + tangent, total[:, None], backend=backend)
 

@@ -108,9 +108,9 @@ int CompiledLanes(int lanes, bool capped) {
 template <RowLayout kLayout>
 int ForwardTeamPerRow(int lanes, bool capped) {
   const RowLaunch plan = ThousandRowPlan(softmax::kForwardPolicy, 4, lanes, kLayout, capped);
-  const auto kernel = softmax::SelectForwardKernel<float>{}(
+  const auto kernel = softmax::SelectForwardKernel<softmax::Output::kSoftmax, float>{}(
       IntTag<4>{}, IntTag<4>{}, RowLayoutTag<kLayout>{}, plan);
-  printf("%d\n", kernel.function == softmax::SoftmaxForwardKernel<float, 4, 4, kLayout, true>);
+  printf("%d\n", kernel.function == softmax::SoftmaxForwardKernel<softmax::Output::kSoftmax, float, 4, 4, kLayout, true>);
   return 0;
 }
 

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import jax_camp
 from jax_camp.ops._spec import SUPPORTED_DTYPES, OpSpec
 from jax_camp.ops.copy import COPY
+from jax_camp.ops.log_softmax import LOG_SOFTMAX, LOG_SOFTMAX_BACKWARD
 from jax_camp.ops.reduce_sum import REDUCE_SUM
 from jax_camp.ops.softmax import SOFTMAX, SOFTMAX_BACKWARD
 from jax_camp.ops.vector_add import VECTOR_ADD
@@ -86,6 +87,11 @@ def _softmax_ref(xp: Any, x: Any) -> Any:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+def _log_softmax_ref(xp: Any, x: Any) -> Any:
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
+
+
 def _softmax_grad_parts(xp: Any, x: Any, w: Any) -> tuple[Any, Any, Any]:
     """Value and gradient of sum(softmax(x) * w), and the value's error scale: the value sums
     M*N terms of both signs, so its rounding error goes with sum|y*w|, not with the value."""
@@ -94,12 +100,15 @@ def _softmax_grad_parts(xp: Any, x: Any, w: Any) -> tuple[Any, Any, Any]:
     return yw.sum(), y * (w - yw.sum(axis=-1, keepdims=True)), xp.abs(yw).sum()
 
 
+def _log_softmax_grad_parts(xp: Any, x: Any, w: Any) -> tuple[Any, Any, Any]:
+    """As _softmax_grad_parts, for sum(log_softmax(x) * w): the gradient is w - softmax * sum(w)."""
+    y = _log_softmax_ref(xp, x)
+    yw = y * w
+    return yw.sum(), w - xp.exp(y) * w.sum(axis=-1, keepdims=True), xp.abs(yw).sum()
+
+
 def _norms(xp: Any, inputs: Sequence[Any], refs: Sequence[Any]) -> list[Any]:
     return [xp.sqrt((r * r).sum()) for r in refs]
-
-
-def _softmax_grad_scales(xp: Any, inputs: Sequence[Any], refs: Sequence[Any]) -> list[Any]:
-    return [_softmax_grad_parts(xp, *inputs)[2], _norms(xp, inputs, refs)[1]]
 
 
 def _value_and_grad(softmax_fn: Callable[[jax.Array], jax.Array]) -> Callable:
@@ -108,6 +117,19 @@ def _value_and_grad(softmax_fn: Callable[[jax.Array], jax.Array]) -> Callable:
     def loss_and_grad(x: jax.Array, w: jax.Array) -> Any:
         return jax.value_and_grad(lambda v: jnp.sum(softmax_fn(v) * w))(x)
     return loss_and_grad
+
+
+def _grad_op(forward: OpSpec, backward: OpSpec, xla: Callable, parts: Callable) -> Op:
+    """value_and_grad of sum(<forward>(x) * w), on XLA's function and on jax_camp's: the forward
+    and the backward kernel; the loss's own pass is the same on both sides and not counted."""
+    def error_scales(xp: Any, inputs: Sequence[Any], refs: Sequence[Any]) -> list[Any]:
+        return [parts(xp, *inputs)[2], _norms(xp, inputs, refs)[1]]
+
+    return Op(f"{forward.name}_grad", 2, True, functools.partial(_elements_moved, (forward, backward)),
+              _value_and_grad(lambda v: xla(v, axis=-1)),
+              lambda backend: _value_and_grad(
+                  lambda v: getattr(jax_camp, forward.name)(v, axis=-1, backend=backend)),
+              lambda xp, ins: list(parts(xp, *ins)[:2]), error_scales)
 
 
 def _camp(name: str, **kwargs: Any) -> Callable[[str], Callable]:
@@ -145,12 +167,10 @@ OPS: dict[str, Op] = {op.name: op for op in (
                axis=-1),
     _kernel_op(SOFTMAX, lambda x: jax.nn.softmax(x, axis=-1), lambda xp, ins: [_softmax_ref(xp, ins[0])],
                axis=-1),
-    # The forward and the backward kernel; the loss's own pass is the same on both sides and
-    # not counted.
-    Op("softmax_grad", 2, True, functools.partial(_elements_moved, (SOFTMAX, SOFTMAX_BACKWARD)),
-       _value_and_grad(lambda v: jax.nn.softmax(v, axis=-1)),
-       lambda backend: _value_and_grad(lambda v: jax_camp.softmax(v, axis=-1, backend=backend)),
-       lambda xp, ins: list(_softmax_grad_parts(xp, *ins)[:2]), _softmax_grad_scales),
+    _grad_op(SOFTMAX, SOFTMAX_BACKWARD, jax.nn.softmax, _softmax_grad_parts),
+    _kernel_op(LOG_SOFTMAX, lambda x: jax.nn.log_softmax(x, axis=-1),
+               lambda xp, ins: [_log_softmax_ref(xp, ins[0])], axis=-1),
+    _grad_op(LOG_SOFTMAX, LOG_SOFTMAX_BACKWARD, jax.nn.log_softmax, _log_softmax_grad_parts),
 )}
 
 

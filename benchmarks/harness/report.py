@@ -97,7 +97,7 @@ def _time_cells(r: Row) -> tuple[str, str]:
 
 
 # (header, width, alignment); cells are joined by one space.
-CASE_COLUMNS = (("op", 12, "<"), ("shape", 11, "<"), ("dtype", 8, "<"), ("backend", 8, "<"), ("test", 12, "<"),
+CASE_COLUMNS = (("op", 16, "<"), ("shape", 11, "<"), ("dtype", 8, "<"), ("backend", 8, "<"), ("test", 12, "<"),
                 ("us/call", 8, ">"), ("±%", 6, ">"), ("TB/s", 8, ">"), ("%ceil", 8, ">"),
                 ("vs xla [range]", 20, "<"), ("verdict", 18, "<"), ("dev us", 8, ">"), ("dev x", 6, ">"),
                 ("note", 0, "<"))

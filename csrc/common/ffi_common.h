@@ -87,6 +87,16 @@ inline ffi::Error CheckSameShape(const char* op, const ffi::AnyBuffer& expected,
                                      " does not match " + ShapeString(expected));
 }
 
+// Buffers of one dtype and shape (every op's but reduce_sum's): `input` of a dtype
+// we have kernels for, and every other buffer of its dtype and shape.
+inline ffi::Error CheckLikeInput(const char* op, const ffi::AnyBuffer& input,
+                                 std::initializer_list<const ffi::AnyBuffer*> others) {
+  ffi::Error error = CheckDtypes(op, input, others);
+  for (const ffi::AnyBuffer* other : others)
+    if (!error.failure()) error = CheckSameShape(op, input, *other);
+  return error;
+}
+
 // reduce_sum's output is the input without its last dim.
 inline ffi::Error CheckRowShape(const char* op, const ffi::AnyBuffer& input,
                                 const ffi::AnyBuffer& output) {

@@ -194,17 +194,23 @@ struct RowChunk {
     }
   }
 
-  // `total` plus the loaded packs below `count`, in ForEach's order. A select, not
-  // a branch, so that no pack's load is sunk behind the sums before it.
-  __device__ __forceinline__ float Sum(int count, const RowTeam& team, float total) const {
+  // `total` plus term(value) of the loaded values below `count`, in ForEach's order. A
+  // select, not a branch, so that no pack's load is sunk behind the sums before it (term
+  // runs on the packs past `count` too, and is dropped).
+  template <typename Term>
+  __device__ __forceinline__ float Sum(int count, const RowTeam& team, float total,
+                                       Term term) const {
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       float with_pack = total;
 #pragma unroll
-      for (int k = 0; k < kPack; ++k) with_pack += packs[i].Get(k);
+      for (int k = 0; k < kPack; ++k) with_pack += term(packs[i].Get(k));
       total = team.PackOf(i) < count ? with_pack : total;
     }
     return total;
+  }
+  __device__ __forceinline__ float Sum(int count, const RowTeam& team, float total) const {
+    return Sum(count, team, total, [](float v) { return v; });
   }
 
   // The largest loaded value below `count`, as fmaxf finds it (a NaN dropped; -inf for

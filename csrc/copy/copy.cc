@@ -9,8 +9,7 @@ namespace jax_camp::copy {
 namespace {
 
 ffi::Error CopyCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y) {
-  JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("copy", x, {&*y}));
-  JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("copy", x, *y));
+  JAX_CAMP_RETURN_IF_ERROR(CheckLikeInput("copy", x, {&*y}));
   return DispatchFloat<HostTypes>(x.element_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.untyped_data());

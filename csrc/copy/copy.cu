@@ -7,8 +7,7 @@ namespace jax_camp::copy {
 namespace {
 
 ffi::Error CopyCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y) {
-  JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("copy", x, {&*y}));
-  JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("copy", x, *y));
+  JAX_CAMP_RETURN_IF_ERROR(CheckLikeInput("copy", x, {&*y}));
   const int64_t n = static_cast<int64_t>(x.element_count());
   if (n == 0) return ffi::Error::Success();
   return DispatchFloat<DeviceTypes>(x.element_type(), [&](auto tag) {

@@ -16,8 +16,14 @@
 // exp from overflowing on large logits and does not change the result: it
 // cancels between numerator and sum.
 //
-// Backward: dx = y * (g - sum(g * y)), one reduction then one write pass; y is
-// the forward's output, so nothing of the forward is recomputed.
+// log_softmax is the same forward with another output: x - max - log(sum),
+// from x itself rather than the exps, so that a log-probability far below
+// float32's smallest exp (-1000, say) stays exact and finite.
+//
+// Backward: one reduction then one write pass over the forward's output y and
+// the cotangent g, so nothing of the forward is recomputed. What is summed
+// and what is written are the op's (RowGradient): softmax's dx = y * (g -
+// sum(g * y)) is SoftmaxGradient; log_softmax's are in ../log_softmax.
 #pragma once
 
 #include <cstdint>
@@ -75,9 +81,29 @@ struct MaxSumOp {
   }
 };
 
+// What a forward kernel writes: probabilities, or their logs (log_softmax).
+enum class Output { kSoftmax, kLogSoftmax };
+
+// Writes log_softmax's (x - max) - log(sum) for the chunk's `count` packs of
+// x. x - max comes first, exact, as in jax.nn.log_softmax: adding the log
+// to the max first would round a large max's last digits away. A row of -inf
+// comes out NaN (-inf - -inf), a NaN or +inf makes the sum and so the row NaN.
+template <typename T, int kPack, int kChunk>
+__device__ __forceinline__ void StoreLogSoftmax(const RowChunk<T, kPack, kChunk>& chunk, T* y,
+                                                int count, const RowTeam& team, MaxSum row) {
+  const float log_sum = logf(row.sum);
+  chunk.ForEach(count, team, [&](int, int col, const float(&v)[kPack]) {
+    float out[kPack];
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) out[k] = (v[k] - row.max) - log_sum;
+    StorePack(y + col, out);
+  });
+}
+
 // One row held whole in the team's registers, loaded into `chunk`;
 // after_reduce() runs once the team's reduction is done.
-template <typename T, int kPack, int kChunk, bool kClusters, typename AfterReduce>
+template <Output kOutput, typename T, int kPack, int kChunk, bool kClusters,
+          typename AfterReduce>
 __device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chunk, T* y,
                                                  int packs, RowTeam& team,
                                                  RowScratch<MaxSum>& scratch,
@@ -95,31 +121,49 @@ __device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chu
   // to T too).
   const float shift = thread_max == -INFINITY ? 0.f : thread_max;
   float thread_sum = 0.f;
-  chunk.ForEach(packs, team, [&](int i, int, const float(&v)[kPack]) {
-    float exps[kPack];
+  if constexpr (kOutput == Output::kSoftmax) {
+    chunk.ForEach(packs, team, [&](int i, int, const float(&v)[kPack]) {
+      float exps[kPack];
 #pragma unroll
-    for (int k = 0; k < kPack; ++k) {
-      exps[k] = Exp(v[k] - shift);
-      thread_sum += exps[k];
+      for (int k = 0; k < kPack; ++k) {
+        exps[k] = Exp(v[k] - shift);
+        thread_sum += exps[k];
+      }
+      chunk.Replace(i, exps);
+    });
+  } else {
+    // log_softmax writes from x, which it keeps. 32-bit values are summed by Sum's
+    // selects and 16-bit ones by ForEach's branches: the other way round, ptxas spilled
+    // the largest chunks (float32 in clusters, bfloat16 held by a block).
+    if constexpr (RowChunk<T, kPack, kChunk>::StoredPack::kPerWord == 1) {
+      thread_sum = chunk.Sum(packs, team, 0.f, [&](float v) { return Exp(v - shift); });
+    } else {
+      chunk.ForEach(packs, team, [&](int, int, const float(&v)[kPack]) {
+#pragma unroll
+        for (int k = 0; k < kPack; ++k) thread_sum += Exp(v[k] - shift);
+      });
     }
-    chunk.Replace(i, exps);
-  });
+  }
   const MaxSum row =
       team.Reduce<kClusters>(MaxSum{thread_max, thread_sum}, MaxSumOp{}, scratch);
   after_reduce();
-  // A row of -inf comes out NaN (0 / 0), as in jax.nn.softmax.
-  const float scale = RescaleFactor(thread_max, row.max) / row.sum;
-  chunk.ForEach(packs, team, [&](int, int col, const float(&e)[kPack]) {
-    float out[kPack];
+  if constexpr (kOutput == Output::kSoftmax) {
+    // A row of -inf comes out NaN (0 / 0), as in jax.nn.softmax.
+    const float scale = RescaleFactor(thread_max, row.max) / row.sum;
+    chunk.ForEach(packs, team, [&](int, int col, const float(&e)[kPack]) {
+      float out[kPack];
 #pragma unroll
-    for (int k = 0; k < kPack; ++k) out[k] = e[k] * scale;
-    StorePack(y + col, out);
-  });
+      for (int k = 0; k < kPack; ++k) out[k] = e[k] * scale;
+      StorePack(y + col, out);
+    });
+  } else {
+    StoreLogSoftmax(chunk, y, packs, team, row);
+  }
 }
 
 // One row streamed through one block's registers, a chunk at a time (see the
 // top).
-template <typename T, int kPack, int kChunk>
+template <Output kOutput, typename T, int kPack, int kChunk>
 __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t packs,
                                                    RowTeam& team,
                                                    RowScratch<MaxSum>& scratch) {
@@ -144,12 +188,16 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
   const float inv_sum = 1.f / row.sum;
   ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
     chunk.Load(x + first * kPack, count, team);
-    chunk.ForEach(count, team, [&](int, int col, const float(&v)[kPack]) {
-      float out[kPack];
+    if constexpr (kOutput == Output::kSoftmax) {
+      chunk.ForEach(count, team, [&](int, int col, const float(&v)[kPack]) {
+        float out[kPack];
 #pragma unroll
-      for (int k = 0; k < kPack; ++k) out[k] = Exp(v[k] - row.max) * inv_sum;
-      StorePack(y + first * kPack + col, out);
-    });
+        for (int k = 0; k < kPack; ++k) out[k] = Exp(v[k] - row.max) * inv_sum;
+        StorePack(y + first * kPack + col, out);
+      });
+    } else {
+      StoreLogSoftmax(chunk, y + first * kPack, count, team, row);
+    }
   });
 }
 
@@ -178,7 +226,8 @@ constexpr int kForwardPrefetchBytes =
 
 // kTeamPerRow: the launch gives every row a team of its own (see
 // SelectForwardKernel), and each team takes its one row with no loop over rows.
-template <typename T, int kPack, int kChunk, RowLayout kLayout, bool kTeamPerRow>
+template <Output kOutput, typename T, int kPack, int kChunk, RowLayout kLayout,
+          bool kTeamPerRow>
 __global__ void __launch_bounds__(kForwardPolicy.max_threads,
                                   kForwardMinBlocks<T, kPack, kChunk, kLayout>)
     SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
@@ -209,7 +258,7 @@ __global__ void __launch_bounds__(kForwardPolicy.max_threads,
         RowChunk<T, kPack, kChunk> chunk;
         next_row.TakeInto(chunk);
         if (following < rows) next_row.Load(x + following * cols, held_packs, team);
-        SoftmaxOfHeldRow<T, kPack, kChunk, kClusters>(chunk, y + row * cols, held_packs, team,
+        SoftmaxOfHeldRow<kOutput, T, kPack, kChunk, kClusters>(chunk, y + row * cols, held_packs, team,
                                                       scratch,
                                                       [&] { claimed_rows.Hand(following); });
         row = following;
@@ -224,13 +273,13 @@ __global__ void __launch_bounds__(kForwardPolicy.max_threads,
     const bool valid = row < rows;
     const int64_t offset = (valid ? row : 0) * cols;
     if constexpr (kLayout == RowLayout::kStreamed) {
-      SoftmaxRowStreamed<T, kPack, kChunk>(x + offset, y + offset, valid ? num_packs : 0, team,
+      SoftmaxRowStreamed<kOutput, T, kPack, kChunk>(x + offset, y + offset, valid ? num_packs : 0, team,
                                            scratch);
     } else {
       const int packs = valid ? held_packs : 0;
       RowChunk<T, kPack, kChunk> chunk;
       chunk.Load(x + offset, packs, team);
-      SoftmaxOfHeldRow<T, kPack, kChunk, kClusters>(chunk, y + offset, packs, team, scratch,
+      SoftmaxOfHeldRow<kOutput, T, kPack, kChunk, kClusters>(chunk, y + offset, packs, team, scratch,
                                                     [] {});
     }
   };
@@ -245,31 +294,45 @@ template <typename T, int kPack, int kChunk, RowLayout kLayout>
 constexpr int kBackwardPrefetchBytes =
     PrefetchBytesPerThread(2, sizeof(T), kPack, kChunk, kLayout);
 
+// A backward kernel's math, element by element, from the forward's output y
+// and the incoming g: Term(y, g) is summed along the row, Out(y, g, sum) is
+// written. softmax's is SoftmaxGradient; log_softmax's backward and its
+// forward-mode tangent are the same two passes with other terms.
+struct SoftmaxGradient {
+  __device__ __forceinline__ static float Term(float y, float g) { return g * y; }
+  __device__ __forceinline__ static float Out(float y, float g, float dot) {
+    return y * (g - dot);
+  }
+};
+
 // The backward's two passes over the `count` packs that the chunks hold:
-// this thread's share of sum(g * y), and dx's packs (dx at the chunks' first).
-template <typename T, int kPack, int kChunk>
+// this thread's share of the row's sum, and dx's packs (dx at the chunks' first).
+template <typename Gradient, typename T, int kPack, int kChunk>
 __device__ __forceinline__ void AddDot(const RowChunk<T, kPack, kChunk>& y_chunk,
                                        const RowChunk<T, kPack, kChunk>& g_chunk, int count,
                                        const RowTeam& team, float& thread_dot) {
   y_chunk.ForEach(count, team, [&](int i, int, const float(&yv)[kPack]) {
 #pragma unroll
-    for (int k = 0; k < kPack; ++k) thread_dot += g_chunk.Value(i, k) * yv[k];
+    for (int k = 0; k < kPack; ++k) {
+      const float g = g_chunk.Value(i, k);
+      thread_dot += Gradient::Term(yv[k], g);
+    }
   });
 }
 
-template <typename T, int kPack, int kChunk>
+template <typename Gradient, typename T, int kPack, int kChunk>
 __device__ __forceinline__ void StoreGrad(const RowChunk<T, kPack, kChunk>& y_chunk,
                                           const RowChunk<T, kPack, kChunk>& g_chunk, float dot,
                                           T* dx, int count, const RowTeam& team) {
   y_chunk.ForEach(count, team, [&](int i, int col, const float(&yv)[kPack]) {
     float out[kPack];
 #pragma unroll
-    for (int k = 0; k < kPack; ++k) out[k] = yv[k] * (g_chunk.Value(i, k) - dot);
+    for (int k = 0; k < kPack; ++k) out[k] = Gradient::Out(yv[k], g_chunk.Value(i, k), dot);
     StorePack(dx + col, out);
   });
 }
 
-template <typename T, int kPack, int kChunk, RowLayout kLayout>
+template <typename Gradient, typename T, int kPack, int kChunk, RowLayout kLayout>
 __global__ void __launch_bounds__(kBackwardPolicy.max_threads)
     SoftmaxBackwardKernel(const T* __restrict__ y, const T* __restrict__ g, T* __restrict__ dx,
                           int64_t rows, int64_t cols, int lanes) {
@@ -302,9 +365,9 @@ __global__ void __launch_bounds__(kBackwardPolicy.max_threads)
           next_g.Load(g + following * cols, held_packs, team);
         }
         float thread_dot = 0.f;
-        AddDot(y_chunk, g_chunk, held_packs, team, thread_dot);
+        AddDot<Gradient>(y_chunk, g_chunk, held_packs, team, thread_dot);
         const float dot = team.Reduce<kClusters>(thread_dot, SumOp{}, scratch);
-        StoreGrad(y_chunk, g_chunk, dot, dx + row * cols, held_packs, team);
+        StoreGrad<Gradient>(y_chunk, g_chunk, dot, dx + row * cols, held_packs, team);
       }
       team.Finish<kClusters>();
       return;
@@ -326,7 +389,7 @@ __global__ void __launch_bounds__(kBackwardPolicy.max_threads)
     ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
       y_chunk.Load(y + offset + first * kPack, count, team);
       g_chunk.Load(g + offset + first * kPack, count, team);
-      AddDot(y_chunk, g_chunk, count, team, thread_dot);
+      AddDot<Gradient>(y_chunk, g_chunk, count, team, thread_dot);
     });
     const float dot = team.Reduce<kClusters>(thread_dot, SumOp{}, scratch);
     ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
@@ -334,7 +397,7 @@ __global__ void __launch_bounds__(kBackwardPolicy.max_threads)
         y_chunk.Load(y + offset + first * kPack, count, team);
         g_chunk.Load(g + offset + first * kPack, count, team);
       }
-      StoreGrad(y_chunk, g_chunk, dot, dx + offset + first * kPack, count, team);
+      StoreGrad<Gradient>(y_chunk, g_chunk, dot, dx + offset + first * kPack, count, team);
     });
   }
   team.Finish<kClusters>();

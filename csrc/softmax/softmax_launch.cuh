@@ -3,6 +3,8 @@
 // plan the launch are softmax_policy.h, the kernels softmax_kernel.cuh.
 #pragma once
 
+#include <string>
+
 #include "../common/row_launch.cuh"
 #include "softmax_kernel.cuh"
 
@@ -15,13 +17,13 @@ namespace jax_camp::softmax {
 // for every row, as reduce_sum's, which the medium shapes ran shorter; teams
 // of fewer lanes, sharing a block with other rows, ran longer so and keep the
 // loop, as does the backward, which lost with it.
-template <typename T>
+template <Output kOutput, typename T>
 struct SelectForwardKernel {
   template <typename Pack, typename Chunk, typename Layout>
   auto operator()(Pack, Chunk, Layout, const RowLaunch& plan) const {
     auto kernel = [](auto team_per_row) {
       return RowKernel{
-          SoftmaxForwardKernel<T, Pack::value, Chunk::value, Layout::value,
+          SoftmaxForwardKernel<kOutput, T, Pack::value, Chunk::value, Layout::value,
                                decltype(team_per_row)::value>,
           kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
     };
@@ -36,13 +38,78 @@ struct SelectForwardKernel {
 };
 
 // The backward kernel for a plan (see SelectForwardKernel).
-template <typename T>
+template <typename Gradient, typename T>
 struct SelectBackwardKernel {
   template <typename Pack, typename Chunk, typename Layout>
   auto operator()(Pack, Chunk, Layout, const RowLaunch& /*plan*/) const {
-    return RowKernel{SoftmaxBackwardKernel<T, Pack::value, Chunk::value, Layout::value>,
+    return RowKernel{SoftmaxBackwardKernel<Gradient, T, Pack::value, Chunk::value, Layout::value>,
                      kBackwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
   }
 };
+
+// The FFI bindings of ForwardCuda's and BackwardCuda's handlers.
+inline auto ForwardCudaBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Arg<ffi::AnyBuffer>()
+      .Ret<ffi::AnyBuffer>()
+      .Ret<RowCounterBuffer>();
+}
+inline auto BackwardCudaBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Arg<ffi::AnyBuffer>()
+      .Arg<ffi::AnyBuffer>()
+      .Ret<ffi::AnyBuffer>();
+}
+
+// The forward's FFI handler, for softmax.cu and ../log_softmax: checks its
+// buffers and launches the forward kernel writing kOutput. `row_counter` is
+// the call's scratch (LaunchScratch), where the kernel for long rows counts
+// the rows its teams claim; zeroed by the launch that claims, and not kept.
+template <Output kOutput>
+ffi::Error ForwardCuda(const char* op, cudaStream_t stream, ffi::AnyBuffer x,
+                       ffi::Result<ffi::AnyBuffer> y, ffi::Result<RowCounterBuffer> row_counter) {
+  JAX_CAMP_RETURN_IF_ERROR(CheckLikeInput(op, x, {&*y}));
+  if (row_counter->element_count() != 1)
+    return ffi::Error::InvalidArgument(std::string(op) + ": the row counter must hold one uint32");
+  const int64_t rows = Rows(x);
+  const int64_t cols = Cols(x);
+  if (rows * cols == 0) return ffi::Error::Success();
+  const std::string what = std::string("launching ") + op;
+  return DispatchFloat<DeviceTypes>(x.element_type(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = static_cast<const T*>(x.untyped_data());
+    T* out = static_cast<T*>(y->untyped_data());
+    return LaunchRowKernel<T, kForwardPolicy>(
+        what.c_str(), stream, rows, cols, IsAligned(in, 16) && IsAligned(out, 16),
+        SelectForwardKernel<kOutput, T>{}, LaunchScratch{row_counter->typed_data()}, in, out,
+        rows, cols);
+  });
+}
+
+// A backward kernel's FFI handler (see SoftmaxGradient): out from the
+// forward's output y and the incoming g, all of one shape and dtype.
+template <typename Gradient>
+ffi::Error BackwardCuda(const char* op, cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer g,
+                        ffi::Result<ffi::AnyBuffer> out) {
+  JAX_CAMP_RETURN_IF_ERROR(CheckLikeInput(op, y, {&g, &*out}));
+  const int64_t rows = Rows(y);
+  const int64_t cols = Cols(y);
+  if (rows * cols == 0) return ffi::Error::Success();
+  const std::string what = std::string("launching ") + op;
+  return DispatchFloat<DeviceTypes>(y.element_type(), [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* y_data = static_cast<const T*>(y.untyped_data());
+    const T* g_data = static_cast<const T*>(g.untyped_data());
+    T* out_data = static_cast<T*>(out->untyped_data());
+    const bool aligned =
+        IsAligned(y_data, 16) && IsAligned(g_data, 16) && IsAligned(out_data, 16);
+    return LaunchRowKernel<T, kBackwardPolicy>(what.c_str(), stream, rows, cols, aligned,
+                                               SelectBackwardKernel<Gradient, T>{},
+                                               LaunchScratch{}, y_data, g_data, out_data, rows,
+                                               cols);
+  });
+}
 
 }  // namespace jax_camp::softmax

@@ -7,9 +7,7 @@ namespace jax_camp::vector_add {
 namespace {
 
 ffi::Error VectorAddCpu(ffi::AnyBuffer x, ffi::AnyBuffer y, ffi::Result<ffi::AnyBuffer> out) {
-  JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("vector_add", x, {&y, &*out}));
-  JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("vector_add", x, y));
-  JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("vector_add", x, *out));
+  JAX_CAMP_RETURN_IF_ERROR(CheckLikeInput("vector_add", x, {&y, &*out}));
   return DispatchFloat<HostTypes>(x.element_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* a = static_cast<const T*>(x.untyped_data());

@@ -9,9 +9,7 @@ namespace {
 
 ffi::Error VectorAddCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer y,
                          ffi::Result<ffi::AnyBuffer> out) {
-  JAX_CAMP_RETURN_IF_ERROR(CheckDtypes("vector_add", x, {&y, &*out}));
-  JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("vector_add", x, y));
-  JAX_CAMP_RETURN_IF_ERROR(CheckSameShape("vector_add", x, *out));
+  JAX_CAMP_RETURN_IF_ERROR(CheckLikeInput("vector_add", x, {&y, &*out}));
   const int64_t n = static_cast<int64_t>(x.element_count());
   if (n == 0) return ffi::Error::Success();
   return DispatchFloat<DeviceTypes>(x.element_type(), [&](auto tag) {

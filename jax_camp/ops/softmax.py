@@ -93,20 +93,34 @@ def softmax(
       ``y * (t - sum(y * t))`` are one kernel that reuses the forward's output instead of
       recomputing it.
     """
+    return normalize_along(SOFTMAX, jax.nn.softmax, x, axis, backend)
+
+
+def normalize_along(
+    spec: OpSpec,
+    reference: Callable[..., jax.Array],
+    x: jax.typing.ArrayLike,
+    axis: int | tuple[int, ...] | None,
+    backend: str | None,
+) -> jax.Array:
+    """softmax's and log_softmax's public path: their checks, then the kernel ``spec``
+    over ``axis`` (moved last, as the kernels normalize rows), or ``reference`` (jax.nn's)
+    on the "xla" backend."""
     backend = backends.resolve(backend)
-    x = _checks.float_array("softmax", "x", x)
-    axes = _checks.normalize_axes("softmax", axis, x.ndim)
-    return _softmax(x, axes, backend)
+    x = _checks.float_array(spec.name, "x", x)
+    axes = _checks.normalize_axes(spec.name, axis, x.ndim)
+    return _normalize_along(spec, reference, x, axes, backend)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
-def _softmax(x: jax.Array, axes: tuple[int, ...], backend: str) -> jax.Array:
+@functools.partial(jax.jit, static_argnums=(0, 1, 3, 4))
+def _normalize_along(spec: OpSpec, reference, x: jax.Array, axes: tuple[int, ...],
+                     backend: str) -> jax.Array:
     if not backends.uses_kernels(backend):
-        return jax.nn.softmax(x, axis=axes)
+        return reference(x, axis=axes)
     if x.size == 0:
         return jnp.empty_like(x)
     rows = _checks.move_to_last(x, axes)
-    return _checks.restore_from_last(backends.kernel_call(SOFTMAX, backend, rows), x.shape, axes)
+    return _checks.restore_from_last(backends.kernel_call(spec, backend, rows), x.shape, axes)
 
 
 # Derivative rules. softmax's Jacobian, diag(y) - y y^T, is symmetric, so one map serves
@@ -118,13 +132,6 @@ _softmax_p = backends.primitive(SOFTMAX)
 _backward_p = backends.primitive(SOFTMAX_BACKWARD)
 
 
-def _softmax_jvp(primals, tangents, *, backend: str):
-    (x,), (t,) = primals, tangents
-    y = _softmax_p.bind(x, backend=backend)
-    t = ad.instantiate_zeros(t).astype(y.dtype)
-    return y, _backward_p.bind(y, t, backend=backend)
-
-
 def _backward_jvp_in_y(dy: jax.Array, y: jax.Array, g: jax.Array, *, backend: str) -> jax.Array:
     # d/dy of y * (g - sum(y * g)) along dy: dy * (g - sum(y * g)) - y * sum(dy * g).
     y32, g32, dy32 = (v.astype(jnp.float32) for v in (y, g, dy))
@@ -133,17 +140,6 @@ def _backward_jvp_in_y(dy: jax.Array, y: jax.Array, g: jax.Array, *, backend: st
     return (dy32 * (g32 - dot) - y32 * d_dot).astype(y.dtype)
 
 
-def _backward_jvp_in_g(dg: jax.Array, y: jax.Array, g: jax.Array, *, backend: str) -> jax.Array:
-    return _backward_p.bind(y, dg.astype(y.dtype), backend=backend)
-
-
-def _backward_transpose(ct, y, g, *, backend: str):
-    assert not ad.is_undefined_primal(y), "the backward is linear in g alone"
-    if type(ct) is ad.Zero:
-        return None, ad.Zero(g.aval)
-    return None, _backward_p.bind(y, ct, backend=backend)
-
-
-ad.primitive_jvps[_softmax_p] = _softmax_jvp
-ad.defjvp(_backward_p, _backward_jvp_in_y, _backward_jvp_in_g)
-ad.primitive_transposes[_backward_p] = _backward_transpose
+backends.def_jvp_from_output(_softmax_p, _backward_p)
+# The backward kernel is linear in g; as the Jacobian is symmetric, it is its own transpose.
+backends.def_linear_in_second(_backward_p, _backward_jvp_in_y, _backward_p)

@@ -31,8 +31,16 @@ row NaN, as in jax.
 
 Backward: dx = y * (g - sum(g * y)) along the row, from the forward's output
 y and the incoming cotangent g. Pass 1 accumulates g * y element-wise into a
-float32 fragment (out-of-range elements load as 0 and add nothing) and
-reduces it once per row; pass 2 writes dx.
+float32 fragment and reduces it once per row; pass 2 writes dx.
+
+Both tile programs are written once, as builders that take the formulas of
+single elements: ``row_softmax_program`` takes what pass 2 writes, and
+``reduce_then_write_program`` the term pass 1 sums and what pass 2 writes.
+log_softmax.py builds its forward and its two derivatives from them. Each
+builder also takes the op's name and sets the prim_func's ``global_symbol`` to
+it: ``T.prim_func`` would take it from the Python function's name, shared by
+every op a builder serves, and TileLang names the CUDA kernel
+``<global_symbol>_kernel``, the name the bridge and the tests look for.
 """
 
 from __future__ import annotations
@@ -54,8 +62,12 @@ from jax_camp.tilelang_kernels._rows import (
 LOG2E = math.log2(math.e)
 
 
-def softmax_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
-    """The forward softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
+def row_softmax_program(name: str, dtype: str, aligned: bool, write) -> tirx.PrimFunc:
+    """The forward kernel ``name``: online softmax over (M, N) rows of any M, N, X to Y.
+
+    Pass 2 stores ``write(shifted, log2_sum)`` for each element: its output
+    in float32 from shifted = x - m and log2(s), its row's normalizer in base 2.
+    """
     cols = columns(dtype)
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
@@ -63,7 +75,7 @@ def softmax_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
     layout = warp_per_row_layout(dtype)
 
     @T.prim_func
-    def softmax(X: T.Tensor((m_, n), dtype), Y: T.Tensor((m_, n), dtype)):
+    def row_softmax(X: T.Tensor((m_, n), dtype), Y: T.Tensor((m_, n), dtype)):
         with T.Kernel(T.ceildiv(m_, ROWS), threads=THREADS) as bx:
             if aligned:
                 T.assume(n % vec == 0)
@@ -108,7 +120,7 @@ def softmax_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
                 )
             T.reduce_sum(scaled, row_sum, dim=1)
             # A row of -inf ends with sum 0: log2 gives -inf and pass 2 then
-            # computes -inf - -inf = NaN, jax.nn.softmax's answer for it.
+            # computes -inf - -inf = NaN, jax's answer for it.
             for i in T.Parallel(ROWS):
                 log2_sum[i] = T.log2(row_sum[i])
 
@@ -117,23 +129,29 @@ def softmax_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
                 T.copy(X[bx * ROWS, kb * cols], tile)
                 for i, j in T.Parallel(ROWS, cols):
                     out[i, j] = T.cast(
-                        T.exp2((T.cast(tile[i, j], ACCUM) - row_max[i]) * LOG2E - log2_sum[i]),
-                        dtype,
+                        write(T.cast(tile[i, j], ACCUM) - row_max[i], log2_sum[i]), dtype
                     )
                 T.copy(out, Y[bx * ROWS, kb * cols])
 
-    return softmax
+    return row_softmax.with_attr("global_symbol", name)
 
 
-def softmax_backward_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
-    """The backward kernel: dX from the forward's output Yv and cotangent G."""
+def reduce_then_write_program(name: str, dtype: str, aligned: bool, term, output) -> tirx.PrimFunc:
+    """A derivative kernel ``name``: one row sum of ``term``, then DX from ``output``.
+
+    Yv is the forward's output and G the derivative coming in. ``term(y, g)``
+    is an element's share of its row's sum and ``output(y, g, total)`` its
+    result, all in float32. Out-of-range elements of a partial tile load as
+    0 in both operands, so a term must be 0 where y and g both are: then they
+    add nothing to the sum and need no mask.
+    """
     cols = columns(dtype)
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     layout = warp_per_row_layout(dtype)
 
     @T.prim_func
-    def softmax_backward(
+    def reduce_then_write(
         Yv: T.Tensor((m_, n), dtype), G: T.Tensor((m_, n), dtype), DX: T.Tensor((m_, n), dtype)
     ):
         with T.Kernel(T.ceildiv(m_, ROWS), threads=THREADS) as bx:
@@ -147,22 +165,39 @@ def softmax_backward_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
             T.annotate_layout({t: layout for t in (y, g, acc, dx)})
             T.clear(acc)
 
-            # Pass 1: sum(g * y) per row, element-wise partials in registers.
+            # Pass 1: the row sum, element-wise partials in registers.
             for kb in T.Serial(T.ceildiv(n, cols)):
                 T.copy(Yv[bx * ROWS, kb * cols], y)
                 T.copy(G[bx * ROWS, kb * cols], g)
                 for i, j in T.Parallel(ROWS, cols):
-                    acc[i, j] += T.cast(g[i, j], ACCUM) * T.cast(y[i, j], ACCUM)
+                    acc[i, j] += term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM))
             T.reduce_sum(acc, dot, dim=1)
 
-            # Pass 2: dx = y * (g - dot).
+            # Pass 2: each element's output from its y, its g and the row's sum.
             for kb in T.Serial(T.ceildiv(n, cols)):
                 T.copy(Yv[bx * ROWS, kb * cols], y)
                 T.copy(G[bx * ROWS, kb * cols], g)
                 for i, j in T.Parallel(ROWS, cols):
                     dx[i, j] = T.cast(
-                        T.cast(y[i, j], ACCUM) * (T.cast(g[i, j], ACCUM) - dot[i]), dtype
+                        output(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM), dot[i]), dtype
                     )
                 T.copy(dx, DX[bx * ROWS, kb * cols])
 
-    return softmax_backward
+    return reduce_then_write.with_attr("global_symbol", name)
+
+
+def softmax_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+    """The forward softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
+    return row_softmax_program(
+        "softmax", dtype, aligned,
+        write=lambda shifted, log2_sum: T.exp2(shifted * LOG2E - log2_sum),
+    )
+
+
+def softmax_backward_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+    """The backward kernel: dX = Yv * (G - sum(G * Yv)) per row, from the forward's output Yv."""
+    return reduce_then_write_program(
+        "softmax_backward", dtype, aligned,
+        term=lambda y, g: g * y,
+        output=lambda y, g, dot: y * (g - dot),
+    )

@@ -1,0 +1,92 @@
+"""log_softmax and its two derivatives: softmax's tile programs, other formulas.
+
+Forward. For a row with maximum m and s = sum(exp(x - m)), log_softmax is
+y = (x - m) - log(s). The kernel is softmax's (``row_softmax_program`` in
+softmax.py): pass 1 reads the row once and keeps a rolling (m, s) pair per
+element, merged once per row into m and log2(s). Only pass 2 differs. softmax
+writes exp2((x - m) * log2(e) - log2(s)); log_softmax stops before the
+exponential and writes (x - m) - log2(s) * ln(2), turning the kernel's base-2
+log of s into the natural one (log(s) = log2(s) * ln(2) = log2(s) / log2(e)).
+
+Why a log-probability of -1000 stays finite: log(softmax(x)) would first form
+exp(-1000), which float32 cannot hold (anything below about -104 rounds to 0),
+and then take log(0) = -inf. Here no exponential of the answer is ever taken:
+x - m is one rounded subtraction, and log(s) is small, since the maximum
+itself adds exp(0) = 1 to s and so 1 <= s <= N. So y keeps float32's relative
+precision however negative it is.
+
+Special values come out as jax.nn.log_softmax's, for the reasons softmax.py
+gives: a -inf entry of an otherwise finite row gives -inf - m - log(s) = -inf;
+a row of -inf has m = -inf and s = 0, and -inf - -inf is NaN; a NaN or +inf
+entry makes s NaN and so the whole row NaN.
+
+Derivatives. Write p = softmax(x) = exp(y). Since y_i = x_i - log(sum_j
+exp(x_j)), a change dx moves y_i by dx_i - sum_j p_j dx_j: the Jacobian of a
+row is J = I - 1 p^T. Reverse mode multiplies a cotangent g by J^T, forward
+mode multiplies a tangent t by J:
+
+    reverse: dx  = J^T g = g - p * sum(g)
+    forward: out = J t   = t - sum(p * t)
+
+J is not symmetric, so these are two different maps: reverse mode sums g and
+subtracts that multiple of p; forward mode sums p * t and subtracts the same
+number from every element. softmax's Jacobian, diag(p) - p p^T, is symmetric,
+so its one backward kernel serves both modes; log_softmax needs one for each.
+
+Both come from ``reduce_then_write_program`` in softmax.py, as softmax's
+backward does: one float32 row sum of a per-element term, then one pass
+writing each element from its two operands and the sum. The builder names its
+operands (Yv, G) -> DX after the backward; the tangent kernel gets t as G.
+Both take p from the forward's output, so nothing of the forward is
+recomputed, and y <= 0 keeps exp(y) from overflowing. Out-of-range columns of
+a partial tile load y = 0 and g or t = 0: the reverse term g is 0 there and
+the forward term exp(0) * 0 is too, so neither sum needs a mask (exp(y) alone
+would be 1 there). A pass whose formula ignores an operand still copies it
+into registers; nothing reads them there, and nvcc drops those loads.
+"""
+
+from __future__ import annotations
+
+import math
+
+import tilelang.language as T
+from tvm import tirx
+
+from jax_camp.tilelang_kernels.softmax import (
+    LOG2E,
+    reduce_then_write_program,
+    row_softmax_program,
+)
+
+LN2 = math.log(2.0)
+
+
+def probability(y):
+    """p = exp(y) from a log-probability y, in base 2 as the forward works."""
+    return T.exp2(y * LOG2E)
+
+
+def log_softmax_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+    """The forward log_softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
+    return row_softmax_program(
+        "log_softmax", dtype, aligned,
+        write=lambda shifted, log2_sum: shifted - log2_sum * LN2,
+    )
+
+
+def log_softmax_backward_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+    """Reverse mode: dX = G - exp(Yv) * sum(G) per row, from the forward's output Yv."""
+    return reduce_then_write_program(
+        "log_softmax_backward", dtype, aligned,
+        term=lambda y, g: g,
+        output=lambda y, g, total: g - probability(y) * total,
+    )
+
+
+def log_softmax_tangent_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+    """Forward mode: the tangent out = t - sum(exp(Yv) * t) per row, t coming in as G."""
+    return reduce_then_write_program(
+        "log_softmax_tangent", dtype, aligned,
+        term=lambda y, t: probability(y) * t,
+        output=lambda y, t, total: t - total,
+    )

@@ -1,0 +1,194 @@
+"""jax_camp.log_softmax against jax.nn.log_softmax semantics and a float64 reference.
+
+log_softmax runs softmax's row kernels under softmax's launch policies, so test_softmax.py's
+shapes reach its kernels' paths too (test_shapes_reach_every_kernel_path checks it here)."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import jax_camp
+from jax_camp.ops.log_softmax import LOG_SOFTMAX, LOG_SOFTMAX_BACKWARD, LOG_SOFTMAX_TANGENT
+from helpers import (DTYPES, assert_close, f64, hlo_text, kernel_paths_missed, log_softmax_reference,
+                     on_this_machine, random_normal)
+from test_softmax import JVP_SHAPES, LONG_ROWS, SHAPES
+
+
+@pytest.mark.parametrize("kernel", [LOG_SOFTMAX, LOG_SOFTMAX_BACKWARD, LOG_SOFTMAX_TANGENT],
+                         ids=lambda spec: spec.name)
+@pytest.mark.parametrize("item_bytes", [4, 2])
+def test_shapes_reach_every_kernel_path(kernel, item_bytes):
+    missed = kernel_paths_missed(kernel.name, item_bytes, SHAPES + [LONG_ROWS])
+    assert not missed, f"no test shape reaches {sorted(missed)}"
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", on_this_machine(SHAPES))
+def test_matches_reference(shape, dtype, backend):
+    x = random_normal(shape, dtype, scale=3.0)
+    y = jax_camp.log_softmax(x, backend=backend)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert_close(y, log_softmax_reference(x), dtype)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_long_rows(dtype, backend):
+    x = random_normal(LONG_ROWS, dtype)
+    assert_close(jax_camp.log_softmax(x, backend=backend), log_softmax_reference(x), dtype)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_rows_claimed_by_clusters(dtype, backend):
+    """The forward's clusters claiming rows from the call's counter, as in test_softmax.py."""
+    if backend not in (None, "cuda") or jax.default_backend() != "gpu":
+        pytest.skip("a path of the CUDA forward")
+    x = random_normal((640, 131_080), dtype)
+    assert_close(jax_camp.log_softmax(x, backend=backend), log_softmax_reference(x), dtype)
+
+
+@pytest.mark.parametrize("axis", [0, 1, -2, (0, 2), (1, 2), None])
+def test_axis(axis, backend):
+    x = random_normal((6, 7, 9), jnp.float32)
+    y = jax_camp.log_softmax(x, axis=axis, backend=backend)
+    assert_close(y, jax.nn.log_softmax(x, axis=axis), jnp.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("copies", [1, 4])
+def test_special_values_match_jax(copies, dtype, backend):
+    """-inf entries, a row of -inf, a NaN, +inf and huge logits, as jax.nn.log_softmax."""
+    x = jnp.array(
+        [
+            [0.0, -jnp.inf, 1.0, 2.0],
+            [-jnp.inf, -jnp.inf, -jnp.inf, -jnp.inf],
+            [1.0, jnp.nan, 2.0, 3.0],
+            [jnp.inf, 1.0, 2.0, 3.0],
+            [1e3, 2e3, 3e3, 3e3 - 1.0],
+            [-1e4, 0.0, 1e4, 5e3],
+        ],
+        dtype,
+    )
+    x = jnp.tile(x, (1, copies))
+    expected = f64(jax.nn.log_softmax(x.astype(jnp.float32)))
+    actual = f64(jax_camp.log_softmax(x, backend=backend))
+    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
+    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
+    finite = np.isfinite(expected)
+    # Relative to the row's spread, where log-probabilities of -1e4 round in 16 bits.
+    assert_close(actual[finite], expected[finite], dtype, scale=float(np.abs(expected[finite]).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", [(8, 300), (3, 5000), (2, 300_000)])
+def test_log_probabilities_below_exp_underflow_stay_finite(shape, dtype, backend):
+    """Logits 1000 apart: exp(-1000) is 0 in float32, so log(softmax(x)) would be -inf; the
+    kernels give x - max - log(sum) exactly. The shapes reach one value a thread, a block and
+    a prefetching cluster on the GPU."""
+    x = random_normal(shape, jnp.float32).at[:, ::7].add(-1000.0).astype(dtype)
+    y = jax_camp.log_softmax(x, backend=backend)
+    assert np.isfinite(f64(y)).all()
+    assert f64(y).min() < -900
+    assert_close(y, log_softmax_reference(x), dtype, scale=1000.0)
+
+
+@pytest.mark.parametrize("shape", [(0, 5), (5, 0), (0,), (2, 0, 3)])
+def test_zero_size(shape, backend):
+    x = jnp.zeros(shape, jnp.float32)
+    y = jax_camp.log_softmax(x, backend=backend)
+    assert y.shape == shape and y.dtype == x.dtype
+
+
+@pytest.mark.parametrize("in_axes", [0, 1, 2])
+def test_vmap_under_jit(in_axes, backend):
+    x = random_normal((4, 6, 50), jnp.bfloat16)
+    f = jax.jit(jax.vmap(functools.partial(jax_camp.log_softmax, backend=backend), in_axes=in_axes))
+    assert_close(f(x), log_softmax_reference(np.moveaxis(f64(x), in_axes, 0)), jnp.bfloat16)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", on_this_machine(SHAPES))
+def test_vjp_matches_reference(shape, dtype, backend):
+    """The backward kernel on every launch path: dx = g - exp(y) * sum(g)."""
+    x = random_normal(shape, dtype, scale=3.0)
+    g = random_normal(shape, dtype)
+    y, vjp = jax.vjp(lambda v: jax_camp.log_softmax(v, backend=backend), x)
+    (dx,) = vjp(g)
+    assert dx.shape == x.shape and dx.dtype == x.dtype
+    expected = f64(g) - np.exp(f64(y)) * np.sum(f64(g), axis=-1, keepdims=True)
+    assert_close(dx, expected, dtype, scale=float(np.abs(expected).max()))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", JVP_SHAPES)
+def test_jvp_matches_reference(shape, dtype, backend):
+    """Forward mode: the tangent t -> t - sum(exp(y) * t), by the tangent kernel."""
+    x = random_normal(shape, dtype, scale=3.0)
+    t = random_normal(shape, dtype)
+    y, dy = jax.jvp(lambda v: jax_camp.log_softmax(v, backend=backend), (x,), (t,))
+    assert dy.shape == x.shape and dy.dtype == x.dtype
+    assert_close(y, log_softmax_reference(x), dtype)
+    expected = f64(t) - np.sum(np.exp(f64(y)) * f64(t), axis=-1, keepdims=True)
+    assert_close(dy, expected, dtype, scale=float(np.abs(expected).max()))
+
+
+def test_check_grads_both_modes_to_second_order(backend):
+    x = random_normal((3, 20), jnp.float32)
+    check_grads(
+        functools.partial(jax_camp.log_softmax, axis=0, backend=backend), (x,),
+        order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2,
+    )
+
+
+def test_transformations_match_jax(backend):
+    x = random_normal((4, 33), jnp.float32)
+    w = random_normal((4, 33), jnp.float32)
+    ours = functools.partial(jax_camp.log_softmax, backend=backend)
+    checks = {
+        "grad": lambda f: jax.grad(lambda v: jnp.sum(f(v) * w))(x),
+        "grad under vmap and jit": lambda f: jax.jit(jax.vmap(jax.grad(lambda v: jnp.sum(f(v) * w[0]))))(x),
+        "jacfwd": lambda f: jax.jit(jax.jacfwd(f))(x),
+        "linearize": lambda f: jax.linearize(f, x)[1](x),
+        "vmap of jvp": lambda f: jax.vmap(lambda v: jax.jvp(f, (v,), (v,))[1])(x),
+        "jacrev of jacrev": lambda f: jax.jit(jax.jacrev(jax.jacrev(f)))(x[:2, :9]),
+        "forward over reverse": lambda f: jax.jvp(jax.grad(lambda v: jnp.sum(f(v) * w)), (x,), (x,))[1],
+        "hessian": lambda f: jax.hessian(lambda v: jnp.sum(f(v) * w[:1, :9]))(x[:1, :9]),
+    }
+    for name, transform in checks.items():
+        got, want = transform(ours), transform(jax.nn.log_softmax)
+        np.testing.assert_allclose(f64(got), f64(want), rtol=1e-4, atol=1e-5, err_msg=name)
+
+
+def test_lowered_hlo_holds_the_kernels(backend):
+    if backend == "xla":
+        pytest.skip("the xla backend is plain JAX by design")
+    x = random_normal((4, 64), jnp.float32)
+    f = functools.partial(jax_camp.log_softmax, backend=backend)
+    forward = hlo_text(f, x)
+    backward = hlo_text(jax.grad(lambda v: jnp.sum(f(v) * v)), x)
+    tangent = hlo_text(lambda v: jax.jvp(f, (v,), (v,)), x)
+    assert forward.count("custom_call @") == 1
+    assert LOG_SOFTMAX.ffi_target in forward or "tilelang_log_softmax" in forward
+    # Each derivative reuses the saved output: one forward kernel and one of its own.
+    for text, kernel in ((backward, LOG_SOFTMAX_BACKWARD), (tangent, LOG_SOFTMAX_TANGENT)):
+        assert text.count("custom_call @") == 2
+        assert kernel.ffi_target in text or f"tilelang_{kernel.name}_" in text
+    assert "stablehlo.exponential" not in tangent
+
+
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.bool_])
+def test_rejects_unsupported_dtype(dtype, backend):
+    with pytest.raises(TypeError, match="jax_camp.log_softmax: x has dtype .*supported dtypes are"):
+        jax_camp.log_softmax(jnp.ones((2, 3), dtype), backend=backend)
+
+
+def test_rejects_bad_axis_and_a_list(backend):
+    with pytest.raises(ValueError, match="jax_camp.log_softmax: axis 2 is out of bounds"):
+        jax_camp.log_softmax(jnp.ones((2, 3)), axis=2, backend=backend)
+    with pytest.raises(TypeError, match="jax_camp.log_softmax: x must be an array or a scalar, got list"):
+        jax_camp.log_softmax([1.0, 2.0], backend=backend)
