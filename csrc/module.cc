@@ -41,17 +41,18 @@ nb::dict Registrations() {
 }
 
 // The plan the CUDA launcher makes for a row kernel ("reduce_sum", "softmax",
-// "softmax_backward" or one of log_softmax's, which run softmax's under its
-// policies) over rows of `cols` elements of `item_bytes` bytes, for the tests
-// that check which shapes reach which kernel path. Host code: it needs no GPU,
-// and CPU-only builds have it too.
+// "softmax_masked", "softmax_backward" or one of log_softmax's, which run
+// softmax's under its policies) over rows of `cols` elements of `item_bytes`
+// bytes, for the tests that check which shapes reach which kernel path. Host
+// code: it needs no GPU, and CPU-only builds have it too.
 nb::dict RowPlan(const std::string& kernel, int64_t rows, int64_t cols, int item_bytes,
                  bool aligned, int architecture, int sm_count) {
   using namespace jax_camp;
   if (item_bytes != 2 && item_bytes != 4)
     throw std::invalid_argument("item_bytes must be 2 or 4");
   // The chunks of a row a softmax kernel holds: the forward's x, the backward's y and g.
-  const int chunks = kernel == "softmax" || kernel == "log_softmax" ? 1
+  const bool masked = kernel == "softmax_masked" || kernel == "log_softmax_masked";
+  const int chunks = kernel == "softmax" || kernel == "log_softmax" || masked ? 1
                      : kernel == "softmax_backward" || kernel == "log_softmax_backward" ||
                              kernel == "log_softmax_tangent"
                          ? 2
@@ -65,8 +66,11 @@ nb::dict RowPlan(const std::string& kernel, int64_t rows, int64_t cols, int item
   const RowLaunch plan =
       PlanRowLaunch(rows, cols / pack, policy, RowTarget{pack, architecture, sm_count});
   const char* layouts[] = {"held", "held_in_cluster", "streamed"};
-  const int prefetch_bytes = PrefetchSharedBytes(
-      plan, softmax::PrefetchBytesPerThread(chunks, item_bytes, pack, plan.chunk, plan.layout));
+  // Masked kernels do not prefetch (kForwardPrefetchBytes).
+  const int prefetch_bytes =
+      masked ? 0
+             : PrefetchSharedBytes(plan, softmax::PrefetchBytesPerThread(chunks, item_bytes, pack,
+                                                                         plan.chunk, plan.layout));
   nb::dict out;
   out["pack"] = pack;
   out["chunk"] = plan.chunk;

@@ -145,15 +145,21 @@ def _local_kernel_call(spec: OpSpec, backend: str, *operands: jax.Array) -> jax.
     return call(*operands)[0]
 
 
-def def_jvp_from_output(p: Primitive, tangent: Primitive) -> None:
-    """The JVP of a kernel ``y = p(x)`` whose tangent is the kernel ``tangent(y, t)``, from
-    its output: nothing of the forward is recomputed."""
+def def_jvp_from_output(
+    p: Primitive,
+    tangent: Primitive,
+    finish: Callable[..., jax.Array] | None = None,
+) -> None:
+    """The JVP of a kernel ``y = p(x, *rest)`` whose tangent is the kernel ``tangent(y, t)``,
+    from its output: nothing of the forward is recomputed. ``rest`` (a mask) has no tangent;
+    ``finish(dy, *rest)``, where given, makes the final tangent of the kernel's."""
 
     def jvp(primals, tangents, *, backend: str):
-        (x,), (t,) = primals, tangents
-        y = p.bind(x, backend=backend)
+        (x, *rest), (t, *_) = primals, tangents
+        y = p.bind(x, *rest, backend=backend)
         t = ad.instantiate_zeros(t).astype(y.dtype)
-        return y, tangent.bind(y, t, backend=backend)
+        dy = tangent.bind(y, t, backend=backend)
+        return y, dy if finish is None else finish(dy, *rest)
 
     ad.primitive_jvps[p] = jvp
 

@@ -66,8 +66,9 @@ _HANDLERS: dict[str, dict[str, object]] = _kernels.registrations()
 SPECS: dict[str, OpSpec] = {}
 
 
-def register(spec: OpSpec) -> None:
-    """Registers ``spec``'s FFI target with JAX on every platform the module was built for."""
+def register(spec: OpSpec) -> OpSpec:
+    """Registers ``spec``'s FFI target with JAX on every platform the module was built for, and
+    returns it."""
     for platform, handlers in _HANDLERS.items():
         if spec.name not in handlers:
             raise RuntimeError(
@@ -76,6 +77,7 @@ def register(spec: OpSpec) -> None:
             )
         jax.ffi.register_ffi_target(spec.ffi_target, handlers[spec.name], platform=platform)
     SPECS[spec.name] = spec
+    return spec
 
 
 def export_checks() -> list[jax_export.DisabledSafetyCheck]:

@@ -88,8 +88,8 @@ void BenchShape(const char* dtype, int64_t rows, int64_t cols) {
   BENCH_CHECK(cudaMemset(g, 0x3c, bytes));
   TimeRow<T, softmax::kForwardPolicy>(
       "forward", dtype, rows, cols,
-      softmax::SelectForwardKernel<softmax::Output::kSoftmax, T>{}, LaunchScratch{row_counter},
-      (const T*)x, y, rows, cols);
+      softmax::SelectForwardKernel<softmax::Output::kSoftmax, false, T>{},
+      LaunchScratch{row_counter}, (const T*)x, (const uint8_t*)nullptr, y, rows, cols);
   TimeRow<T, softmax::kBackwardPolicy>(
       "backward", dtype, rows, cols,
       softmax::SelectBackwardKernel<softmax::SoftmaxGradient, T>{}, LaunchScratch{},

@@ -7,12 +7,13 @@ import math
 import os
 import shutil
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jax_camp.ops._spec import SUPPORTED_DTYPES
+from jax_camp.ops._spec import SUPPORTED_DTYPES, OpSpec
 
 # The scalar types, whose names ("float32", ...) become the test ids.
 DTYPES = tuple(dtype.type for dtype in SUPPORTED_DTYPES)
@@ -47,18 +48,80 @@ def f64(x) -> np.ndarray:
     return np.asarray(x).astype(np.float64)
 
 
-def softmax_reference(x, axis=-1) -> np.ndarray:
-    """float64 softmax of x's (rounded) values."""
+def _masked(x, where) -> np.ndarray:
+    """x's values in float64, -inf where ``where`` (if given) drops them, as jax.nn reads it."""
     v = f64(x)
-    shifted = v - np.max(v, axis=axis, keepdims=True)
-    e = np.exp(shifted)
-    return e / np.sum(e, axis=axis, keepdims=True)
+    return v if where is None else np.where(np.asarray(where), v, -np.inf)
 
 
-def log_softmax_reference(x, axis=-1) -> np.ndarray:
-    """float64 log_softmax of x's (rounded) values: x - max - log(sum(exp(x - max)))."""
-    shifted = f64(x) - np.max(f64(x), axis=axis, keepdims=True)
-    return shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+def softmax_reference(x, axis=-1, where=None) -> np.ndarray:
+    """float64 softmax of x's (rounded) values; 0 where ``where`` drops them."""
+    with np.errstate(invalid="ignore"):
+        v = _masked(x, where)
+        e = np.exp(v - np.max(v, axis=axis, keepdims=True))
+        y = e / np.sum(e, axis=axis, keepdims=True)
+    return y if where is None else np.where(np.asarray(where), y, 0.0)
+
+
+def log_softmax_reference(x, axis=-1, where=None) -> np.ndarray:
+    """float64 log_softmax of x's (rounded) values, x - max - log(sum(exp(x - max))); -inf
+    where ``where`` drops them."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        v = _masked(x, where)
+        shifted = v - np.max(v, axis=axis, keepdims=True)
+        y = shifted - np.log(np.sum(np.exp(shifted), axis=axis, keepdims=True))
+    return y if where is None else np.where(np.asarray(where), y, -np.inf)
+
+
+class RowOp(NamedTuple):
+    """An op that normalizes rows (softmax, log_softmax) and what its tests hold it to."""
+
+    fn: Callable  # jax_camp's
+    reference: Callable  # float64, of x's values (and where=)
+    jax_fn: Callable  # jax.nn's
+    vjp: Callable  # float64 dx of the forward's output y and the cotangent g
+    jvp: Callable  # float64 dy of y and the tangent t
+    masked_kernel: OpSpec  # the kernel where= runs
+
+
+def check_derivative(op: Callable, derivative: Callable, shape: tuple[int, ...], dtype, backend,
+                     *, forward: bool) -> None:
+    """``op``'s VJP (or, ``forward``, its JVP) at random x along a random vector v against
+    ``derivative(y, v)`` in float64 from op's own output y, within the dtype's tolerance of the
+    derivative's largest entry (or of 1)."""
+    x = random_normal(shape, dtype, scale=3.0)
+    v = random_normal(shape, dtype)
+    f = lambda u: op(u, backend=backend)  # noqa: E731
+    if forward:
+        y, d = jax.jvp(f, (x,), (v,))
+    else:
+        y, vjp = jax.vjp(f, x)
+        (d,) = vjp(v)
+    assert d.shape == x.shape and d.dtype == x.dtype
+    expected = derivative(f64(y), f64(v))
+    assert_close(d, expected, dtype, scale=max(1.0, float(np.abs(expected).max())))
+
+
+def check_values(op, reference, shape: tuple[int, ...], dtype, backend, *, where: bool = False,
+                 scale: float = 3.0) -> None:
+    """``op`` (jax_camp.softmax or log_softmax) on random x of ``shape`` and ``dtype``, with a
+    random where= mask if asked, against its float64 ``reference``: x's shape and dtype, and
+    values within the dtype's tolerance."""
+    x = random_normal(shape, dtype, scale=scale)
+    mask = random_mask(shape) if where else None
+    y = op(x, where=mask, backend=backend)
+    assert y.shape == x.shape and y.dtype == x.dtype
+    assert_close(y, reference(x, where=mask), dtype)
+
+
+def random_mask(shape: tuple[int, ...]) -> jax.Array:
+    """A where= mask keeping about two elements in three, with its first row (of several)
+    masked out whole."""
+    rng = np.random.default_rng(next(_seed))
+    keep = rng.random(shape) < 2 / 3
+    if math.prod(shape[:-1]) > 1:
+        keep.reshape(-1, shape[-1])[0] = False
+    return jnp.asarray(keep)
 
 
 def assert_close(actual, expected, dtype, *, scale: float = 1.0) -> None:

@@ -16,7 +16,7 @@ import pytest
 import jax_camp
 from conftest import has_gpu
 from jax_camp import backends, registration
-from jax_camp.ops._spec import OpSpec
+from jax_camp.ops._spec import MASK_DTYPE, OpSpec
 from jax_camp.ops.softmax import SOFTMAX
 from helpers import f64, random_normal
 
@@ -136,6 +136,8 @@ def test_each_kernel_description_calls_its_target_for_its_result(name):
     # On the CPU device, whatever the default device is: the cpu handlers run anywhere.
     cpu = jax.devices("cpu")[0]
     operands = [jax.device_put(random_normal((3, 40), jnp.float32), cpu) for _ in range(spec.arity)]
+    if spec.mask_operand:
+        operands[-1] = (operands[-1] > 0).astype(MASK_DTYPE)
     call = jax.jit(lambda *xs: backends.kernel_call(spec, "cpu", *xs))
     assert f"stablehlo.custom_call @{spec.ffi_target}(" in call.lower(*operands).as_text()
     out = call(*operands)
@@ -143,7 +145,7 @@ def test_each_kernel_description_calls_its_target_for_its_result(name):
 
 
 def test_a_description_without_a_compiled_handler_says_so():
-    spec = OpSpec(name="missing", arity=1, sharding_rule="... -> ...", tilelang_module="copy")
+    spec = OpSpec(name="missing", arity=1, tilelang_module="copy")
     with pytest.raises(RuntimeError, match="no cpu handler for kernel 'missing'"):
         registration.register(spec)
     assert "missing" not in registration.SPECS

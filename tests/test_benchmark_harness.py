@@ -125,10 +125,10 @@ def test_copy_and_add_take_flat_shapes(run_ops, tmp_path: Path) -> None:
 
 
 def test_every_op_is_one_entry_with_its_reference() -> None:
-    assert list(C.OPS) == ["copy", "vector_add", "reduce_sum", "softmax", "softmax_grad", "log_softmax",
-                          "log_softmax_grad"]
+    assert list(C.OPS) == ["copy", "vector_add", "reduce_sum", "softmax", "softmax_grad",
+                          "softmax_where", "log_softmax", "log_softmax_grad"]
     for op in C.OPS.values():
-        inputs = tuple(jnp.ones((2, 8), jnp.float32) for _ in range(op.inputs))
+        inputs = C.draw_inputs(C.KeyStream(0), op.name, C.parse_shape("2x8"), "float32")
         got = jax.tree_util.tree_leaves(C.jitted(op.name, "xla")(*inputs))
         assert len(got) == len(op.reference(jnp, inputs)) == len(op.error_scales(jnp, inputs, got))
 

@@ -44,8 +44,10 @@ def _program(backend):
         log_softmax = lambda v: jax_camp.log_softmax(v, backend=backend)
         dx = jax.grad(lambda v: jnp.sum(softmax(v) * w + log_softmax(v) * w))(x)
         _, tangent = jax.jvp(lambda v: softmax(v) + log_softmax(v), (x,), (w,))
+        masked = jax_camp.softmax(x, where=w > 0, backend=backend) + jnp.where(
+            w > 0, jax_camp.log_softmax(x, where=w > 0, backend=backend), 0.0)
         total = jax_camp.reduce_sum(jax_camp.copy(x, backend=backend), backend=backend)
-        return jax_camp.vector_add(dx + tangent, total[:, None], backend=backend)
+        return jax_camp.vector_add(dx + tangent + masked, total[:, None], backend=backend)
 
     return f
 

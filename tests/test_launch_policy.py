@@ -59,14 +59,15 @@ int Tiles(long long count) {
 }
 
 // The bytes a thread the softmax kernels prefetch: the forward's float32 and
-// bfloat16 clusters, float32 held by a block, an unaligned float32 cluster;
-// the backward's float32 and bfloat16 clusters.
+// bfloat16 clusters, float32 held by a block, an unaligned float32 cluster, a
+// masked float32 cluster; the backward's float32 and bfloat16 clusters.
 int Prefetch() {
-  printf("%d %d %d %d %d %d\n",
-         softmax::kForwardPrefetchBytes<float, 4, 16, RowLayout::kHeldInCluster>,
-         softmax::kForwardPrefetchBytes<__nv_bfloat16, 8, 8, RowLayout::kHeldInCluster>,
-         softmax::kForwardPrefetchBytes<float, 4, 16, RowLayout::kHeld>,
-         softmax::kForwardPrefetchBytes<float, 1, 16, RowLayout::kHeldInCluster>,
+  printf("%d %d %d %d %d %d %d\n",
+         softmax::kForwardPrefetchBytes<float, 4, 16, RowLayout::kHeldInCluster, false>,
+         softmax::kForwardPrefetchBytes<__nv_bfloat16, 8, 8, RowLayout::kHeldInCluster, false>,
+         softmax::kForwardPrefetchBytes<float, 4, 16, RowLayout::kHeld, false>,
+         softmax::kForwardPrefetchBytes<float, 1, 16, RowLayout::kHeldInCluster, false>,
+         softmax::kForwardPrefetchBytes<float, 4, 16, RowLayout::kHeldInCluster, true>,
          softmax::kBackwardPrefetchBytes<float, 4, 8, RowLayout::kHeldInCluster>,
          softmax::kBackwardPrefetchBytes<__nv_bfloat16, 8, 4, RowLayout::kHeldInCluster>);
   return 0;
@@ -108,9 +109,11 @@ int CompiledLanes(int lanes, bool capped) {
 template <RowLayout kLayout>
 int ForwardTeamPerRow(int lanes, bool capped) {
   const RowLaunch plan = ThousandRowPlan(softmax::kForwardPolicy, 4, lanes, kLayout, capped);
-  const auto kernel = softmax::SelectForwardKernel<softmax::Output::kSoftmax, float>{}(
+  const auto kernel = softmax::SelectForwardKernel<softmax::Output::kSoftmax, false, float>{}(
       IntTag<4>{}, IntTag<4>{}, RowLayoutTag<kLayout>{}, plan);
-  printf("%d\n", kernel.function == softmax::SoftmaxForwardKernel<softmax::Output::kSoftmax, float, 4, 4, kLayout, true>);
+  const auto team_per_row =
+      softmax::SoftmaxForwardKernel<softmax::Output::kSoftmax, false, float, 4, 4, kLayout, true>;
+  printf("%d\n", kernel.function == team_per_row);
   return 0;
 }
 
@@ -447,9 +450,10 @@ def test_launcher_refuses_a_plan_it_has_no_kernel_for(driver):
 def test_softmax_kernels_prefetch_16_byte_packs_only(driver):
     """As softmax_kernel.cuh says (kForwardPrefetchBytes, kBackwardPrefetchBytes): a thread's
     packs of the next row (y's and g's for the backward) where the row is held in a cluster in
-    16-byte packs, whatever the dtype; nothing for rows held by a block or unaligned rows."""
+    16-byte packs, whatever the dtype; nothing for rows held by a block, unaligned rows, or
+    where='s masked kernels."""
     out = subprocess.run([str(driver), "prefetch"], capture_output=True, text=True, check=True).stdout
-    assert list(map(int, out.split())) == [256, 128, 0, 0, 256, 128]
+    assert list(map(int, out.split())) == [256, 128, 0, 0, 0, 256, 128]
 
 
 @pytest.mark.parametrize("kernel,cols,pack,prefetches", [

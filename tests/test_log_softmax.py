@@ -14,13 +14,21 @@ import pytest
 from jax.test_util import check_grads
 
 import jax_camp
-from jax_camp.ops.log_softmax import LOG_SOFTMAX, LOG_SOFTMAX_BACKWARD, LOG_SOFTMAX_TANGENT
-from helpers import (DTYPES, assert_close, f64, hlo_text, kernel_paths_missed, log_softmax_reference,
-                     on_this_machine, random_normal)
-from test_softmax import JVP_SHAPES, LONG_ROWS, SHAPES
+from jax_camp.ops.log_softmax import (LOG_SOFTMAX, LOG_SOFTMAX_BACKWARD, LOG_SOFTMAX_MASKED,
+                                      LOG_SOFTMAX_TANGENT)
+from helpers import (DTYPES, RowOp, assert_close, f64, hlo_text, kernel_paths_missed,
+                     log_softmax_reference, random_mask, random_normal)
+# softmax's value and derivative tests over its shapes, with and without where=, run here on
+# log_softmax (the `op` fixture below).
+from test_softmax import (LONG_ROWS, SHAPES, test_jvp_matches_reference,  # noqa: F401
+                          test_long_rows, test_matches_reference, test_rows_claimed_by_clusters,
+                          test_special_values_match_jax, test_vjp_matches_reference,
+                          test_where_matches_reference, test_where_on_long_rows,
+                          test_where_runs_the_masked_kernel, test_where_special_values_match_jax)
 
 
-@pytest.mark.parametrize("kernel", [LOG_SOFTMAX, LOG_SOFTMAX_BACKWARD, LOG_SOFTMAX_TANGENT],
+@pytest.mark.parametrize("kernel", [LOG_SOFTMAX, LOG_SOFTMAX_MASKED, LOG_SOFTMAX_BACKWARD,
+                                    LOG_SOFTMAX_TANGENT],
                          ids=lambda spec: spec.name)
 @pytest.mark.parametrize("item_bytes", [4, 2])
 def test_shapes_reach_every_kernel_path(kernel, item_bytes):
@@ -28,28 +36,16 @@ def test_shapes_reach_every_kernel_path(kernel, item_bytes):
     assert not missed, f"no test shape reaches {sorted(missed)}"
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", on_this_machine(SHAPES))
-def test_matches_reference(shape, dtype, backend):
-    x = random_normal(shape, dtype, scale=3.0)
-    y = jax_camp.log_softmax(x, backend=backend)
-    assert y.shape == x.shape and y.dtype == x.dtype
-    assert_close(y, log_softmax_reference(x), dtype)
-
-
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_long_rows(dtype, backend):
-    x = random_normal(LONG_ROWS, dtype)
-    assert_close(jax_camp.log_softmax(x, backend=backend), log_softmax_reference(x), dtype)
-
-
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_rows_claimed_by_clusters(dtype, backend):
-    """The forward's clusters claiming rows from the call's counter, as in test_softmax.py."""
-    if backend not in (None, "cuda") or jax.default_backend() != "gpu":
-        pytest.skip("a path of the CUDA forward")
-    x = random_normal((640, 131_080), dtype)
-    assert_close(jax_camp.log_softmax(x, backend=backend), log_softmax_reference(x), dtype)
+@pytest.fixture
+def op() -> RowOp:
+    """log_softmax, for softmax's tests imported above: reverse mode's dx = g - exp(y) * sum(g),
+    forward mode's dy = t - sum(exp(y) * t)."""
+    return RowOp(
+        jax_camp.log_softmax, log_softmax_reference, jax.nn.log_softmax,
+        vjp=lambda y, g: g - np.exp(y) * np.sum(g, axis=-1, keepdims=True),
+        jvp=lambda y, t: t - np.sum(np.exp(y) * t, axis=-1, keepdims=True),
+        masked_kernel=LOG_SOFTMAX_MASKED,
+    )
 
 
 @pytest.mark.parametrize("axis", [0, 1, -2, (0, 2), (1, 2), None])
@@ -57,31 +53,6 @@ def test_axis(axis, backend):
     x = random_normal((6, 7, 9), jnp.float32)
     y = jax_camp.log_softmax(x, axis=axis, backend=backend)
     assert_close(y, jax.nn.log_softmax(x, axis=axis), jnp.float32)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("copies", [1, 4])
-def test_special_values_match_jax(copies, dtype, backend):
-    """-inf entries, a row of -inf, a NaN, +inf and huge logits, as jax.nn.log_softmax."""
-    x = jnp.array(
-        [
-            [0.0, -jnp.inf, 1.0, 2.0],
-            [-jnp.inf, -jnp.inf, -jnp.inf, -jnp.inf],
-            [1.0, jnp.nan, 2.0, 3.0],
-            [jnp.inf, 1.0, 2.0, 3.0],
-            [1e3, 2e3, 3e3, 3e3 - 1.0],
-            [-1e4, 0.0, 1e4, 5e3],
-        ],
-        dtype,
-    )
-    x = jnp.tile(x, (1, copies))
-    expected = f64(jax.nn.log_softmax(x.astype(jnp.float32)))
-    actual = f64(jax_camp.log_softmax(x, backend=backend))
-    np.testing.assert_array_equal(np.isnan(actual), np.isnan(expected))
-    np.testing.assert_array_equal(np.isneginf(actual), np.isneginf(expected))
-    finite = np.isfinite(expected)
-    # Relative to the row's spread, where log-probabilities of -1e4 round in 16 bits.
-    assert_close(actual[finite], expected[finite], dtype, scale=float(np.abs(expected[finite]).max()))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -111,37 +82,13 @@ def test_vmap_under_jit(in_axes, backend):
     assert_close(f(x), log_softmax_reference(np.moveaxis(f64(x), in_axes, 0)), jnp.bfloat16)
 
 
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", on_this_machine(SHAPES))
-def test_vjp_matches_reference(shape, dtype, backend):
-    """The backward kernel on every launch path: dx = g - exp(y) * sum(g)."""
-    x = random_normal(shape, dtype, scale=3.0)
-    g = random_normal(shape, dtype)
-    y, vjp = jax.vjp(lambda v: jax_camp.log_softmax(v, backend=backend), x)
-    (dx,) = vjp(g)
-    assert dx.shape == x.shape and dx.dtype == x.dtype
-    expected = f64(g) - np.exp(f64(y)) * np.sum(f64(g), axis=-1, keepdims=True)
-    assert_close(dx, expected, dtype, scale=float(np.abs(expected).max()))
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", JVP_SHAPES)
-def test_jvp_matches_reference(shape, dtype, backend):
-    """Forward mode: the tangent t -> t - sum(exp(y) * t), by the tangent kernel."""
-    x = random_normal(shape, dtype, scale=3.0)
-    t = random_normal(shape, dtype)
-    y, dy = jax.jvp(lambda v: jax_camp.log_softmax(v, backend=backend), (x,), (t,))
-    assert dy.shape == x.shape and dy.dtype == x.dtype
-    assert_close(y, log_softmax_reference(x), dtype)
-    expected = f64(t) - np.sum(np.exp(f64(y)) * f64(t), axis=-1, keepdims=True)
-    assert_close(dy, expected, dtype, scale=float(np.abs(expected).max()))
-
-
 def test_check_grads_both_modes_to_second_order(backend):
+    # Finite differences of eps=1e-3, not check_grads' 1e-4 for float32: at 1e-4 the kernels'
+    # float32 rounding, divided by eps, broke the tolerance on some inputs.
     x = random_normal((3, 20), jnp.float32)
     check_grads(
         functools.partial(jax_camp.log_softmax, axis=0, backend=backend), (x,),
-        order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2,
+        order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2, eps=1e-3,
     )
 
 
@@ -192,3 +139,44 @@ def test_rejects_bad_axis_and_a_list(backend):
         jax_camp.log_softmax(jnp.ones((2, 3)), axis=2, backend=backend)
     with pytest.raises(TypeError, match="jax_camp.log_softmax: x must be an array or a scalar, got list"):
         jax_camp.log_softmax([1.0, 2.0], backend=backend)
+
+
+# where=: the masked forward kernel, checked on softmax's shapes by the tests imported above;
+# masked-out elements are -inf.
+
+
+def test_where_derivatives_match_jax(backend):
+    """Derivatives of the kept outputs (a masked-out one is -inf, whose derivative is 0)."""
+    x = random_normal((4, 33), jnp.float32)
+    w = random_normal((4, 33), jnp.float32)
+    mask = random_mask((4, 33))
+
+    def kept(log_softmax):
+        return lambda v, where=mask: jnp.where(where, log_softmax(v, where=where), 0.0)
+
+    ours = kept(functools.partial(jax_camp.log_softmax, backend=backend))
+    theirs = kept(jax.nn.log_softmax)
+    checks = {
+        "grad": lambda f: jax.grad(lambda v: jnp.sum(f(v) * w))(x),
+        "jvp": lambda f: jax.jvp(f, (x,), (w,))[1],
+        "vmap of grad under jit": lambda f: jax.jit(jax.vmap(
+            jax.grad(lambda v, m: jnp.sum(f(v, m) * w[0])), in_axes=(0, 0)))(x, mask),
+        # Under jit, as test_forward_mode_and_higher_order_match_jax: jaxlib 0.10's CPU
+        # compiles the eager pieces' reductions wrong (docs/kernels/softmax.md, Known limits).
+        "jacrev of jacrev": lambda f: jax.jit(jax.jacrev(jax.jacrev(
+            lambda v: f(v, mask[:2, :9]))))(x[:2, :9]),
+        "forward over reverse": lambda f: jax.jvp(jax.grad(lambda v: jnp.sum(f(v) * w)), (x,), (x,))[1],
+    }
+    for name, transform in checks.items():
+        np.testing.assert_allclose(f64(transform(ours)), f64(transform(theirs)), rtol=1e-4,
+                                   atol=1e-5, err_msg=name)
+    check_grads(ours, (x,), order=2, modes=["fwd", "rev"], atol=1e-2, rtol=1e-2, eps=1e-3)
+    # The tangent of the raw output too: 0 where masked out, as jax's.
+    raw = [jax.jvp(functools.partial(f, where=mask), (x,), (w,))[1]
+           for f in (functools.partial(jax_camp.log_softmax, backend=backend), jax.nn.log_softmax)]
+    np.testing.assert_allclose(f64(raw[0]), f64(raw[1]), rtol=1e-4, atol=1e-5)
+
+
+def test_rejects_a_where_that_does_not_broadcast(backend):
+    with pytest.raises(ValueError, match="jax_camp.log_softmax: where has shape"):
+        jax_camp.log_softmax(jnp.ones((2, 4)), where=jnp.ones((2, 3), bool), backend=backend)

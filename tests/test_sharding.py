@@ -88,6 +88,9 @@ OPS = {
     "softmax_axis1": (1, lambda x, y, b: jax_camp.softmax(x, axis=1, backend=b)),
     "log_softmax": (2, lambda x, y, b: jax_camp.log_softmax(x, backend=b)),
     "log_softmax_axis1": (1, lambda x, y, b: jax_camp.log_softmax(x, axis=1, backend=b)),
+    "softmax_where": (2, lambda x, y, b: jax_camp.softmax(x, where=y > 0, backend=b)),
+    "log_softmax_where_axis1": (
+        1, lambda x, y, b: jax_camp.log_softmax(x, axis=1, where=y > 0, backend=b)),
 }
 
 # Shardings of SHAPE per mesh. Each op reduces a different dim (if any), so
@@ -163,6 +166,9 @@ GRADS = {
     "softmax_axis0": lambda x, y, b: (jax_camp.softmax(x, axis=0, backend=b) * y).sum(),
     "log_softmax": lambda x, y, b: (jax_camp.log_softmax(x, backend=b) * y).sum(),
     "log_softmax_axis0": lambda x, y, b: (jax_camp.log_softmax(x, axis=0, backend=b) * y).sum(),
+    "softmax_where": lambda x, y, b: (jax_camp.softmax(x, where=y > 0, backend=b) * y).sum(),
+    "log_softmax_where": lambda x, y, b: jnp.where(
+        y > 0, jax_camp.log_softmax(x, where=y > 0, backend=b) * y, 0.0).sum(),
 }
 
 
@@ -179,7 +185,7 @@ def mesh_test_gradients_partition(mesh_name, spec, op, backend):
     assert_close(dx, want_dx, jnp.float32)
     assert_close(dy, want_dy, jnp.float32)
     reduced = {"reduce_sum": 2, "softmax": 2, "softmax_axis0": 0, "log_softmax": 2,
-               "log_softmax_axis0": 0}.get(op)
+               "log_softmax_axis0": 0, "softmax_where": 2, "log_softmax_where": 2}.get(op)
     if not _shards_reduced_dim(spec, reduced):
         assert dx.sharding.is_equivalent_to(xs.sharding, dx.ndim), dx.sharding
         assert "all-gather" not in compiled.as_text()
@@ -187,7 +193,7 @@ def mesh_test_gradients_partition(mesh_name, spec, op, backend):
 
 # The elementwise ops' tangents are their own kernels on the tangents, partitioned as above.
 @pytest.mark.parametrize("op", ["reduce_sum", "softmax", "softmax_axis1", "log_softmax",
-                                "log_softmax_axis1"])
+                                "log_softmax_axis1", "softmax_where", "log_softmax_where_axis1"])
 @pytest.mark.parametrize("mesh_name,spec", _cases())
 def mesh_test_forward_mode_partitions(mesh_name, spec, op, backend):
     mesh = _mesh(mesh_name)
@@ -296,6 +302,19 @@ def mesh_test_sharded_softmax_with_masked_blocks(op, backend):
     np.testing.assert_array_equal(np.isneginf(got), np.isneginf(want))
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax"])
+def mesh_test_sharded_where_with_masked_blocks(op, backend):
+    """where= masking out whole blocks of some rows' devices, and a row everywhere: as
+    unsharded, 0 (-inf for log_softmax) there, never NaN."""
+    mesh = _mesh("1d")
+    x = random_normal((4, 32), jnp.float32)
+    keep = np.ones((4, 32), bool)
+    keep[0, 4:] = keep[1, :] = keep[2, :20] = False
+    xs = jax.device_put(x, NamedSharding(mesh, P(None, "d")))
+    got = jax.jit(lambda v: getattr(jax_camp, op)(v, where=keep, backend=backend))(xs)
+    assert_close(got, getattr(jax.nn, op)(x, where=keep), jnp.float32)
 
 
 def mesh_test_uneven_split_of_reduced_dim(backend):

@@ -5,7 +5,8 @@ TileLang is not installed. With nvcc present (TileLang looks in CUDA_HOME,
 then /usr/local/cuda) each kernel goes through the same ``tilelang.compile``
 the bridge uses, down to a cubin; without it, through code generation to CUDA
 source. Either way the CUDA source is checked: the copy and vector_add
-kernels must move their full tiles with 128-bit vector loads and stores.
+kernels must move their full tiles with 128-bit vector loads and stores, and
+the row kernels, on 16-byte aligned rows, load their operands 128 bits at a time.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pytest
 tilelang = pytest.importorskip("tilelang")
 pytest.importorskip("jax_tvm_ffi")
 
+from tvm import tirx  # noqa: E402
 from tvm.target import Target  # noqa: E402
 
 from helpers import progress  # noqa: E402
@@ -37,6 +39,7 @@ VARIANTS = [
     for aligned in ((False, True) if kernel.spec.along_rows else (False,))
 ]
 CASES = [(op, dtype, aligned) for op, aligned in VARIANTS for dtype in DTYPES]
+ROW_CASES = [(op, dtype) for op, dtype, aligned in CASES if aligned]
 # A 128-bit access in TileLang's CUDA is a global buffer offset cast to one of
 # the 16-byte vector types: read on the right of "=", written on its left.
 _VEC128 = r"\*\((?:uint4|int4|float4|ulonglong2|longlong2|double2)\*\)\({buf} \+"
@@ -59,15 +62,19 @@ def _source(program) -> str:
 
 
 @pytest.fixture(scope="module")
-def sources(request) -> dict[tuple[str, str, bool], concurrent.futures.Future]:
-    # Programs are built here, one at a time: TileLang's builder is not
-    # thread-safe. Lowering releases the GIL and nvcc runs in a subprocess,
-    # so the compiles themselves overlap on a machine with cores to spare.
-    # Without TileLang's disk cache they take about a minute on two cores: a
-    # line every PROGRESS_S seconds says how far they are.
+def programs() -> dict[tuple[str, str, bool], tirx.PrimFunc]:
+    # Built one at a time: TileLang's builder is not thread-safe.
+    return {case: bridge.build_program(*case) for case in CASES}
+
+
+@pytest.fixture(scope="module")
+def sources(request, programs) -> dict[tuple[str, str, bool], concurrent.futures.Future]:
+    # Lowering releases the GIL and nvcc runs in a subprocess, so the
+    # compiles overlap on a machine with cores to spare. Without TileLang's
+    # disk cache they take about a minute on two cores: a line every
+    # PROGRESS_S seconds says how far they are.
     start = time.monotonic()
     progress(request.config, f"test_tilelang_compile: compiling {len(CASES)} TileLang kernels for sm_90")
-    programs = {case: bridge.build_program(*case) for case in CASES}
     workers = min(len(CASES), os.cpu_count() or 1)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         futures = {case: pool.submit(_source, program) for case, program in programs.items()}
@@ -98,6 +105,19 @@ def test_elementwise_kernels_use_128_bit_vectors(
     assert re.search(STORE_128.format(buf=output), source, re.M), (
         f"no 128-bit store to {output} in the {op} {dtype} kernel:\n{source}"
     )
+
+
+@pytest.mark.parametrize("op, dtype", ROW_CASES)
+def test_aligned_row_kernels_load_128_bit_vectors(programs, sources, op: str, dtype: str) -> None:
+    """On 16-byte aligned rows each operand of x's dtype comes in 128 bits a load; a
+    where= mask, a byte an element, comes in narrower vectors and is not checked."""
+    program, source = programs[(op, dtype, True)], sources[(op, dtype, True)].result()
+    spec = bridge.OPS[op].spec
+    for param in program.params[: spec.arity - spec.mask_operand]:
+        buf = program.buffer_map[param].name
+        assert re.search(LOAD_128.format(buf=buf), source), (
+            f"no 128-bit load from {buf} in the aligned {op} {dtype} kernel:\n{source}"
+        )
 
 
 def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:

@@ -82,7 +82,10 @@ def parse_shape(text: str) -> Shape:
 # The ops
 
 
-def _softmax_ref(xp: Any, x: Any) -> Any:
+def _softmax_ref(xp: Any, x: Any, where: Any = None) -> Any:
+    """softmax along the last axis; with ``where``, 0 where it drops x (a row keeps some)."""
+    if where is not None:
+        x = xp.where(where, x, -xp.inf)
     e = xp.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
 
@@ -152,6 +155,7 @@ class Op:
     camp: Callable[[str], Callable]  # backend -> the same function on jax_camp's kernels
     reference: Callable[[Any, Sequence[Any]], list[Any]]  # (numpy or jnp, inputs) -> outputs
     error_scales: Callable[[Any, Sequence[Any], Sequence[Any]], list[Any]] = _norms
+    mask_input: bool = False  # the last input is a bool where= mask, one byte an element
 
 
 def _kernel_op(spec: OpSpec, xla: Callable, reference: Callable, **camp_kwargs: Any) -> Op:
@@ -168,6 +172,11 @@ OPS: dict[str, Op] = {op.name: op for op in (
     _kernel_op(SOFTMAX, lambda x: jax.nn.softmax(x, axis=-1), lambda xp, ins: [_softmax_ref(xp, ins[0])],
                axis=-1),
     _grad_op(SOFTMAX, SOFTMAX_BACKWARD, jax.nn.softmax, _softmax_grad_parts),
+    # softmax(x, where=mask): x and a bool mask in, y out; the mask's bytes are counted.
+    Op("softmax_where", 2, True, lambda s: 2 * s.elements,
+       lambda x, m: jax.nn.softmax(x, axis=-1, where=m),
+       lambda backend: lambda x, m: jax_camp.softmax(x, axis=-1, where=m, backend=backend),
+       lambda xp, ins: [_softmax_ref(xp, ins[0], ins[1])], mask_input=True),
     _kernel_op(LOG_SOFTMAX, lambda x: jax.nn.log_softmax(x, axis=-1),
                lambda xp, ins: [_log_softmax_ref(xp, ins[0])], axis=-1),
     _grad_op(LOG_SOFTMAX, LOG_SOFTMAX_BACKWARD, jax.nn.log_softmax, _log_softmax_grad_parts),
@@ -175,7 +184,8 @@ OPS: dict[str, Op] = {op.name: op for op in (
 
 
 def bytes_moved(op: str, shape: Shape, dtype_name: str) -> int:
-    return OPS[op].elements_moved(shape) * jnp.dtype(DTYPES[dtype_name]).itemsize
+    mask_bytes = shape.elements if OPS[op].mask_input else 0
+    return OPS[op].elements_moved(shape) * jnp.dtype(DTYPES[dtype_name]).itemsize + mask_bytes
 
 
 def shapes_for(op: str, shapes: Sequence[Shape]) -> list[Shape]:
@@ -214,7 +224,10 @@ class KeyStream:
 
 
 def draw_inputs(keys: KeyStream, op: str, shape: Shape, dtype_name: str) -> tuple[jax.Array, ...]:
-    return tuple(keys.normal(shape.dims, DTYPES[dtype_name]) for _ in range(OPS[op].inputs))
+    inputs = [keys.normal(shape.dims, DTYPES[dtype_name]) for _ in range(OPS[op].inputs)]
+    if OPS[op].mask_input:  # keeps about two elements in three
+        inputs[-1] = inputs[-1] > -0.43
+    return tuple(inputs)
 
 
 def input_sets(op: str, shape: Shape, dtype_name: str, count: int, seed: int) -> list[tuple]:

@@ -63,44 +63,53 @@ struct ValueBits<float> {
   static __device__ __forceinline__ float ToFloat(unsigned bits) { return __uint_as_float(bits); }
   static __device__ __forceinline__ unsigned FromFloat(float v) { return __float_as_uint(v); }
 };
-// 16-bit types also round two floats into one word in one instruction.
-template <>
-struct ValueBits<__nv_bfloat16> {
-  static __device__ __forceinline__ float ToFloat(unsigned bits) {
-    return __uint_as_float(bits << 16);
-  }
-  static __device__ __forceinline__ unsigned FromFloat(float v) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-  }
+
+// The 16-bit types' conversions, overloaded on the type (the first argument, unused); two
+// floats round into one word in one instruction.
+__device__ __forceinline__ float Widen(__nv_bfloat16, unsigned bits) {
+  return __uint_as_float(bits << 16);
+}
+__device__ __forceinline__ float Widen(__half, unsigned bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+__device__ __forceinline__ unsigned short Narrow(__nv_bfloat16, float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+__device__ __forceinline__ unsigned short Narrow(__half, float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
+__device__ __forceinline__ __nv_bfloat162 NarrowPair(__nv_bfloat16, float low, float high) {
+  return __floats2bfloat162_rn(low, high);
+}
+__device__ __forceinline__ __half2 NarrowPair(__half, float low, float high) {
+  return __floats2half2_rn(low, high);
+}
+
+// A 16-bit type's pair of values (__nv_bfloat162, __half2) as the 32-bit word that holds it.
+template <typename Pair>
+__device__ __forceinline__ unsigned WordOf(Pair pair) {
+  return *reinterpret_cast<const unsigned*>(&pair);
+}
+template <typename Pair>
+__device__ __forceinline__ Pair PairOf(unsigned word) {
+  return *reinterpret_cast<const Pair*>(&word);
+}
+
+// bfloat16's and float16's bits; two values a word also take the larger of each pair's values
+// in one instruction (as fmaxf, a NaN dropped), and kNegInfPair is two -inf.
+template <typename T>
+struct ValueBits {
+  static_assert(std::is_same_v<T, __nv_bfloat16> || std::is_same_v<T, __half>);
+  using Pair = decltype(NarrowPair(T{}, 0.f, 0.f));
+  static __device__ __forceinline__ float ToFloat(unsigned bits) { return Widen(T{}, bits); }
+  static __device__ __forceinline__ unsigned FromFloat(float v) { return Narrow(T{}, v); }
   static __device__ __forceinline__ unsigned PairFromFloats(float low, float high) {
-    const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
-    return *reinterpret_cast<const unsigned*>(&pair);
+    return WordOf(NarrowPair(T{}, low, high));
   }
-  // Two -inf, and the larger of each pair's values, as fmaxf (a NaN dropped).
-  static constexpr unsigned kNegInfPair = 0xff80ff80u;
+  static constexpr unsigned kNegInfPair =
+      std::is_same_v<T, __nv_bfloat16> ? 0xff80ff80u : 0xfc00fc00u;
   static __device__ __forceinline__ unsigned PairMax(unsigned a, unsigned b) {
-    const __nv_bfloat162 pair = __hmax2(*reinterpret_cast<const __nv_bfloat162*>(&a),
-                                        *reinterpret_cast<const __nv_bfloat162*>(&b));
-    return *reinterpret_cast<const unsigned*>(&pair);
-  }
-};
-template <>
-struct ValueBits<__half> {
-  static __device__ __forceinline__ float ToFloat(unsigned bits) {
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-  }
-  static __device__ __forceinline__ unsigned FromFloat(float v) {
-    return __half_as_ushort(__float2half_rn(v));
-  }
-  static __device__ __forceinline__ unsigned PairFromFloats(float low, float high) {
-    const __half2 pair = __floats2half2_rn(low, high);
-    return *reinterpret_cast<const unsigned*>(&pair);
-  }
-  static constexpr unsigned kNegInfPair = 0xfc00fc00u;
-  static __device__ __forceinline__ unsigned PairMax(unsigned a, unsigned b) {
-    const __half2 pair = __hmax2(*reinterpret_cast<const __half2*>(&a),
-                                 *reinterpret_cast<const __half2*>(&b));
-    return *reinterpret_cast<const unsigned*>(&pair);
+    return WordOf(__hmax2(PairOf<Pair>(a), PairOf<Pair>(b)));
   }
 };
 

@@ -97,6 +97,14 @@ inline ffi::Error CheckLikeInput(const char* op, const ffi::AnyBuffer& input,
   return error;
 }
 
+// where='s mask (softmax's, log_softmax's): a bool of x's shape, which XLA stores as one
+// byte an element, nonzero where the element takes part.
+inline ffi::Error CheckMask(const char* op, const ffi::AnyBuffer& x, const ffi::AnyBuffer& mask) {
+  if (mask.element_type() != ffi::DataType::PRED)
+    return ffi::Error::InvalidArgument(std::string(op) + ": the mask must be bool");
+  return CheckSameShape(op, x, mask);
+}
+
 // reduce_sum's output is the input without its last dim.
 inline ffi::Error CheckRowShape(const char* op, const ffi::AnyBuffer& input,
                                 const ffi::AnyBuffer& output) {

@@ -21,17 +21,21 @@ struct LogSoftmaxTangent {
   static float Out(float /*y*/, float t, float dot) { return t - dot; }
 };
 
+// y = (x - max) - log(sum): x - max first, exact, as the GPU kernels and jax.nn.log_softmax;
+// -inf where the mask drops a value.
+float LogProbability(const softmax::HostRow& row, int64_t c) {
+  return (row.x[c] - row.max) - row.log_sum;
+}
+
 ffi::Error LogSoftmaxForwardCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
                                 ffi::Result<RowCounterBuffer> /*row_counter*/) {
-  return softmax::ForwardCpu("log_softmax", x, y, [](const auto* x_row, auto* y_row,
-                                                     int64_t cols, std::vector<float>& exps) {
-    float max, sum;
-    softmax::RowMaxSum(x_row, cols, exps, max, sum);
-    // x - max first, exact, as the GPU kernels and jax.nn.log_softmax.
-    const float log_sum = std::log(sum);
-    using T = std::remove_reference_t<decltype(*y_row)>;
-    for (int64_t c = 0; c < cols; ++c) y_row[c] = FromFloat<T>((ToFloat(x_row[c]) - max) - log_sum);
-  });
+  return softmax::ForwardCpu("log_softmax", x, nullptr, y, -INFINITY, LogProbability);
+}
+
+ffi::Error LogSoftmaxMaskedCpu(ffi::AnyBuffer x, ffi::AnyBuffer mask,
+                               ffi::Result<ffi::AnyBuffer> y,
+                               ffi::Result<RowCounterBuffer> /*row_counter*/) {
+  return softmax::ForwardCpu("log_softmax_masked", x, &mask, y, -INFINITY, LogProbability);
 }
 
 ffi::Error LogSoftmaxBackwardCpu(ffi::AnyBuffer y, ffi::AnyBuffer g,
@@ -49,6 +53,10 @@ ffi::Error LogSoftmaxTangentCpu(ffi::AnyBuffer y, ffi::AnyBuffer t,
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxCpu, jax_camp::log_softmax::LogSoftmaxForwardCpu,
                               jax_camp::softmax::ForwardCpuBinding());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxMaskedCpu,
+                              jax_camp::log_softmax::LogSoftmaxMaskedCpu,
+                              jax_camp::softmax::MaskedForwardCpuBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxBackwardCpu,
                               jax_camp::log_softmax::LogSoftmaxBackwardCpu,

@@ -1,7 +1,8 @@
-// log_softmax, its backward and its forward-mode tangent on the GPU: the XLA
-// FFI handlers of softmax's row kernels (../softmax/softmax_launch.cuh) with
-// log_softmax's output and gradients (log_softmax_kernel.cuh), under
-// softmax's launch policies: the same rows in registers, the same plans.
+// log_softmax (with where='s mask, or without), its backward and its
+// forward-mode tangent on the GPU: the XLA FFI handlers of softmax's row
+// kernels (../softmax/softmax_launch.cuh) with log_softmax's output and
+// gradients (log_softmax_kernel.cuh), under softmax's launch policies: the
+// same rows in registers, the same plans.
 #include "../handlers.h"
 #include "../softmax/softmax_launch.cuh"
 #include "log_softmax_kernel.cuh"
@@ -12,8 +13,15 @@ namespace {
 ffi::Error LogSoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
                                  ffi::Result<ffi::AnyBuffer> y,
                                  ffi::Result<RowCounterBuffer> row_counter) {
-  return softmax::ForwardCuda<softmax::Output::kLogSoftmax>("log_softmax", stream, x, y,
-                                                            row_counter);
+  return softmax::ForwardCuda<softmax::Output::kLogSoftmax>("log_softmax", stream, x, nullptr,
+                                                            y, row_counter);
+}
+
+ffi::Error LogSoftmaxMaskedCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer mask,
+                                ffi::Result<ffi::AnyBuffer> y,
+                                ffi::Result<RowCounterBuffer> row_counter) {
+  return softmax::ForwardCuda<softmax::Output::kLogSoftmax, true>("log_softmax_masked", stream, x,
+                                                                  &mask, y, row_counter);
 }
 
 ffi::Error LogSoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer g,
@@ -31,6 +39,11 @@ ffi::Error LogSoftmaxTangentCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::Any
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxCuda, jax_camp::log_softmax::LogSoftmaxForwardCuda,
                               jax_camp::softmax::ForwardCudaBinding(),
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxMaskedCuda,
+                              jax_camp::log_softmax::LogSoftmaxMaskedCuda,
+                              jax_camp::softmax::MaskedForwardCudaBinding(),
                               {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxBackwardCuda,

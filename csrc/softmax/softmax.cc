@@ -1,5 +1,5 @@
-// softmax and its backward on the host, over the last dim, in float32 with
-// the same max subtraction as the GPU kernels.
+// softmax (with where='s mask, or without) and its backward on the host, over
+// the last dim, in float32 with the same max subtraction as the GPU kernels.
 #include "../handlers.h"
 #include "softmax_host.h"
 
@@ -12,16 +12,17 @@ struct SoftmaxGradient {
   static float Out(float y, float g, float dot) { return y * (g - dot); }
 };
 
+// y = exp(x - max) / sum, as the GPU kernels; 0 where the mask drops a value.
+float Probability(const HostRow& row, int64_t c) { return row.exps[c] / row.sum; }
+
 ffi::Error SoftmaxForwardCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
                              ffi::Result<RowCounterBuffer> /*row_counter*/) {
-  return ForwardCpu("softmax", x, y, [](const auto* x_row, auto* y_row, int64_t cols,
-                                        std::vector<float>& exps) {
-    float max, sum;
-    RowMaxSum(x_row, cols, exps, max, sum);
-    const float inv_sum = 1.f / sum;
-    using T = std::remove_reference_t<decltype(*y_row)>;
-    for (int64_t c = 0; c < cols; ++c) y_row[c] = FromFloat<T>(exps[c] * inv_sum);
-  });
+  return ForwardCpu("softmax", x, nullptr, y, 0.f, Probability);
+}
+
+ffi::Error SoftmaxMaskedCpu(ffi::AnyBuffer x, ffi::AnyBuffer mask, ffi::Result<ffi::AnyBuffer> y,
+                            ffi::Result<RowCounterBuffer> /*row_counter*/) {
+  return ForwardCpu("softmax_masked", x, &mask, y, 0.f, Probability);
 }
 
 ffi::Error SoftmaxBackwardCpu(ffi::AnyBuffer y, ffi::AnyBuffer g, ffi::Result<ffi::AnyBuffer> dx) {
@@ -33,6 +34,9 @@ ffi::Error SoftmaxBackwardCpu(ffi::AnyBuffer y, ffi::AnyBuffer g, ffi::Result<ff
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxCpu, jax_camp::softmax::SoftmaxForwardCpu,
                               jax_camp::softmax::ForwardCpuBinding());
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxMaskedCpu, jax_camp::softmax::SoftmaxMaskedCpu,
+                              jax_camp::softmax::MaskedForwardCpuBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxBackwardCpu, jax_camp::softmax::SoftmaxBackwardCpu,
                               jax_camp::softmax::BackwardCpuBinding());

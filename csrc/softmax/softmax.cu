@@ -1,5 +1,6 @@
-// softmax and its backward on the GPU: the XLA FFI handlers, which check
-// their buffers and launch the kernels that softmax_launch.cuh selects.
+// softmax (with where='s mask, or without) and its backward on the GPU: the XLA
+// FFI handlers, which check their buffers and launch the kernels that
+// softmax_launch.cuh selects.
 #include "../handlers.h"
 #include "softmax_launch.cuh"
 
@@ -9,7 +10,13 @@ namespace {
 ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
                               ffi::Result<ffi::AnyBuffer> y,
                               ffi::Result<RowCounterBuffer> row_counter) {
-  return ForwardCuda<Output::kSoftmax>("softmax", stream, x, y, row_counter);
+  return ForwardCuda<Output::kSoftmax>("softmax", stream, x, nullptr, y, row_counter);
+}
+
+ffi::Error SoftmaxMaskedCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer mask,
+                             ffi::Result<ffi::AnyBuffer> y,
+                             ffi::Result<RowCounterBuffer> row_counter) {
+  return ForwardCuda<Output::kSoftmax, true>("softmax_masked", stream, x, &mask, y, row_counter);
 }
 
 ffi::Error SoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer g,
@@ -22,6 +29,10 @@ ffi::Error SoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBu
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxCuda, jax_camp::softmax::SoftmaxForwardCuda,
                               jax_camp::softmax::ForwardCudaBinding(),
+                              {xla::ffi::Traits::kCmdBufferCompatible});
+
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxMaskedCuda, jax_camp::softmax::SoftmaxMaskedCuda,
+                              jax_camp::softmax::MaskedForwardCudaBinding(),
                               {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxBackwardCuda, jax_camp::softmax::SoftmaxBackwardCuda,

@@ -1,11 +1,12 @@
 // The host handlers' shape, shared by softmax.cc and ../log_softmax: a
-// forward that runs a row function over every row, and a backward that sums
+// forward that writes a value of each row's max and sum of exps (where='s
+// masked-out values aside), and a backward that sums
 // one term per element along each row and then writes one output per element
 // (Gradient's Term and Out, as the GPU's SoftmaxGradient), in float32.
 #pragma once
 
 #include <cmath>
-#include <type_traits>
+#include <cstdint>
 #include <vector>
 
 #include "../common/ffi_common.h"
@@ -16,29 +17,52 @@ namespace jax_camp::softmax {
 // NaN-propagating, as jnp.max.
 inline float MaxPropagateNan(float a, float b) { return (a > b || std::isnan(a)) ? a : b; }
 
-// A row's max and sum(exp(x - max)), the max subtracted as the GPU kernels do;
-// `exps` receives exp(x - max).
-template <typename T>
-void RowMaxSum(const T* x, int64_t cols, std::vector<float>& exps, float& max, float& sum) {
-  max = -INFINITY;
-  for (int64_t c = 0; c < cols; ++c) max = MaxPropagateNan(max, ToFloat(x[c]));
-  for (int64_t c = 0; c < cols; ++c) exps[c] = std::exp(ToFloat(x[c]) - max);
-  sum = StridedSum(cols, [&](int64_t c) { return exps[c]; });
-}
+// One row of the forward: x in float32, -inf where where='s mask drops a value, as the
+// GPU kernels see it, and the row's max and sum(exp(x - max)) (and its log); `exps`
+// receives exp(x - max).
+struct HostRow {
+  std::vector<float> x;
+  std::vector<float> exps;
+  float max;
+  float sum;
+  float log_sum;
 
-// row(x_row, y_row, cols, exps) for every row, where `row` is generic in the
-// element type. The row counter is the CUDA kernel's; the host has no use for it.
-template <typename Row>
-ffi::Error ForwardCpu(const char* op, ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y, Row row) {
+  // `keep`: the row's mask bytes (nonzero keeps a value), or null.
+  template <typename T>
+  void Load(const T* values, const uint8_t* keep, int64_t cols) {
+    max = -INFINITY;
+    for (int64_t c = 0; c < cols; ++c) {
+      x[c] = keep == nullptr || keep[c] ? ToFloat(values[c]) : -INFINITY;
+      max = MaxPropagateNan(max, x[c]);
+    }
+    for (int64_t c = 0; c < cols; ++c) exps[c] = std::exp(x[c] - max);
+    sum = StridedSum(cols, [&](int64_t c) { return exps[c]; });
+    log_sum = std::log(sum);
+  }
+};
+
+// For every row, out_row[c] = value(row, c) where the mask (if any) keeps column c, else
+// `masked` (the op's output for a masked-out value). The row counter is the CUDA kernel's;
+// the host has no use for it.
+template <typename Value>
+ffi::Error ForwardCpu(const char* op, ffi::AnyBuffer x, const ffi::AnyBuffer* mask,
+                      ffi::Result<ffi::AnyBuffer> y, float masked, Value value) {
   JAX_CAMP_RETURN_IF_ERROR(CheckLikeInput(op, x, {&*y}));
+  if (mask != nullptr) JAX_CAMP_RETURN_IF_ERROR(CheckMask(op, x, *mask));
   const int64_t rows = Rows(x);
   const int64_t cols = Cols(x);
+  const auto* keep = mask ? static_cast<const uint8_t*>(mask->untyped_data()) : nullptr;
   return DispatchFloat<HostTypes>(x.element_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.untyped_data());
     T* out = static_cast<T*>(y->untyped_data());
-    std::vector<float> exps(cols);
-    for (int64_t r = 0; r < rows; ++r) row(in + r * cols, out + r * cols, cols, exps);
+    HostRow row{std::vector<float>(cols), std::vector<float>(cols), 0.f, 0.f, 0.f};
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row_keep = keep ? keep + r * cols : nullptr;
+      row.Load(in + r * cols, row_keep, cols);
+      for (int64_t c = 0; c < cols; ++c)
+        out[r * cols + c] = FromFloat<T>(!row_keep || row_keep[c] ? value(row, c) : masked);
+    }
     return ffi::Error::Success();
   });
 }
@@ -72,6 +96,14 @@ ffi::Error BackwardCpu(const char* op, ffi::AnyBuffer y, ffi::AnyBuffer g,
 // The FFI bindings of ForwardCpu's and BackwardCpu's handlers.
 inline auto ForwardCpuBinding() {
   return ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>().Ret<RowCounterBuffer>();
+}
+// The forward with where=: x, then its mask.
+inline auto MaskedForwardCpuBinding() {
+  return ffi::Ffi::Bind()
+      .Arg<ffi::AnyBuffer>()
+      .Arg<ffi::AnyBuffer>()
+      .Ret<ffi::AnyBuffer>()
+      .Ret<RowCounterBuffer>();
 }
 inline auto BackwardCpuBinding() {
   return ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>();

@@ -27,7 +27,9 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
+#include "softmax_mask.cuh"
 #include "softmax_policy.h"
 #include "softmax_prefetch.cuh"
 
@@ -85,27 +87,31 @@ struct MaxSumOp {
 enum class Output { kSoftmax, kLogSoftmax };
 
 // Writes log_softmax's (x - max) - log(sum) for the chunk's `count` packs of
-// x. x - max comes first, exact, as in jax.nn.log_softmax: adding the log
-// to the max first would round a large max's last digits away. A row of -inf
-// comes out NaN (-inf - -inf), a NaN or +inf makes the sum and so the row NaN.
-template <typename T, int kPack, int kChunk>
-__device__ __forceinline__ void StoreLogSoftmax(const RowChunk<T, kPack, kChunk>& chunk, T* y,
-                                                int count, const RowTeam& team, MaxSum row) {
+// x, and -inf where `keep` masks a value out. x - max comes first, exact, as in
+// jax.nn.log_softmax: adding the log to the max first would round a large
+// max's last digits away. A row of -inf comes out NaN (-inf - -inf), a NaN or
+// +inf makes the sum and so the row NaN.
+template <typename T, int kPack, int kChunk, typename Keep>
+__device__ __forceinline__ void StoreLogSoftmax(const RowChunk<T, kPack, kChunk>& chunk,
+                                                const Keep& keep, T* y, int count,
+                                                const RowTeam& team, MaxSum row) {
   const float log_sum = logf(row.sum);
-  chunk.ForEach(count, team, [&](int, int col, const float(&v)[kPack]) {
+  chunk.ForEach(count, team, [&](int i, int col, const float(&v)[kPack]) {
     float out[kPack];
 #pragma unroll
-    for (int k = 0; k < kPack; ++k) out[k] = (v[k] - row.max) - log_sum;
+    for (int k = 0; k < kPack; ++k)
+      out[k] = keep.Keeps(i, k) ? (v[k] - row.max) - log_sum : -INFINITY;
     StorePack(y + col, out);
   });
 }
 
-// One row held whole in the team's registers, loaded into `chunk`;
-// after_reduce() runs once the team's reduction is done.
-template <Output kOutput, typename T, int kPack, int kChunk, bool kClusters,
+// One row held whole in the team's registers, loaded into `chunk` (its masked-out
+// values -inf, `keep` saying which); after_reduce() runs once the team's reduction is done.
+template <Output kOutput, typename T, int kPack, int kChunk, bool kClusters, typename Keep,
           typename AfterReduce>
-__device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chunk, T* y,
-                                                 int packs, RowTeam& team,
+__device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chunk,
+                                                 const Keep& keep, T* y, int packs,
+                                                 RowTeam& team,
                                                  RowScratch<MaxSum>& scratch,
                                                  AfterReduce after_reduce) {
   // A max that drops NaNs (fmaxf's, one instruction where MaxPropagateNan
@@ -148,31 +154,35 @@ __device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chu
       team.Reduce<kClusters>(MaxSum{thread_max, thread_sum}, MaxSumOp{}, scratch);
   after_reduce();
   if constexpr (kOutput == Output::kSoftmax) {
-    // A row of -inf comes out NaN (0 / 0), as in jax.nn.softmax.
+    // A row of -inf comes out NaN (0 / 0), as in jax.nn.softmax; a masked-out value 0.
     const float scale = RescaleFactor(thread_max, row.max) / row.sum;
-    chunk.ForEach(packs, team, [&](int, int col, const float(&e)[kPack]) {
+    chunk.ForEach(packs, team, [&](int i, int col, const float(&e)[kPack]) {
       float out[kPack];
 #pragma unroll
-      for (int k = 0; k < kPack; ++k) out[k] = e[k] * scale;
+      for (int k = 0; k < kPack; ++k) out[k] = keep.Keeps(i, k) ? e[k] * scale : 0.f;
       StorePack(y + col, out);
     });
   } else {
-    StoreLogSoftmax(chunk, y, packs, team, row);
+    StoreLogSoftmax(chunk, keep, y, packs, team, row);
   }
 }
 
 // One row streamed through one block's registers, a chunk at a time (see the
 // top).
-template <Output kOutput, typename T, int kPack, int kChunk>
-__device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t packs,
-                                                   RowTeam& team,
+// `mask`: the row's where= bytes where kMasked, else null.
+template <Output kOutput, bool kMasked, typename T, int kPack, int kChunk>
+__device__ __forceinline__ void SoftmaxRowStreamed(const T* x, const uint8_t* mask, T* y,
+                                                   int64_t packs, RowTeam& team,
                                                    RowScratch<MaxSum>& scratch) {
   const int chunk_packs = team.lanes * kChunk;
   RowChunk<T, kPack, kChunk> chunk;
+  KeepOf<kMasked, kPack, kChunk> keep;
   float thread_max = -INFINITY;
   float thread_sum = 0.f;
   ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
     chunk.Load(x + first * kPack, count, team);
+    keep.Load(kMasked ? mask + first * kPack : nullptr, count, team);
+    keep.DropFrom(chunk);
     chunk.ForEach(count, team, [&](int, int, const float(&v)[kPack]) {
       float pack_max = v[0];
 #pragma unroll
@@ -188,15 +198,17 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
   const float inv_sum = 1.f / row.sum;
   ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
     chunk.Load(x + first * kPack, count, team);
+    keep.Load(kMasked ? mask + first * kPack : nullptr, count, team);
     if constexpr (kOutput == Output::kSoftmax) {
-      chunk.ForEach(count, team, [&](int, int col, const float(&v)[kPack]) {
+      chunk.ForEach(count, team, [&](int i, int col, const float(&v)[kPack]) {
         float out[kPack];
 #pragma unroll
-        for (int k = 0; k < kPack; ++k) out[k] = Exp(v[k] - row.max) * inv_sum;
+        for (int k = 0; k < kPack; ++k)
+          out[k] = keep.Keeps(i, k) ? Exp(v[k] - row.max) * inv_sum : 0.f;
         StorePack(y + first * kPack + col, out);
       });
     } else {
-      StoreLogSoftmax(chunk, y + first * kPack, count, team, row);
+      StoreLogSoftmax(chunk, keep, y + first * kPack, count, team, row);
     }
   });
 }
@@ -206,10 +218,11 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, T* y, int64_t pac
 // an SM overlaps one's stores with the other's loads, which paid more than
 // the registers a single block could have. Larger chunks need
 // more than 64 registers, and so did the cluster reduction beside a scalar
-// chunk (it spilled); there, and for streamed rows, ptxas takes what it needs.
-template <typename T, int kPack, int kChunk, RowLayout kLayout>
+// chunk (it spilled), and a masked scalar chunk beside its mask's bits; there,
+// and for streamed rows, ptxas takes what it needs.
+template <typename T, int kPack, int kChunk, RowLayout kLayout, bool kMasked>
 constexpr int kForwardMinBlocks =
-    sizeof(T) * kPack * kChunk <= 128 &&
+    sizeof(T) * kPack * kChunk <= 128 && !(kMasked && kPack == 1) &&
             (kLayout == RowLayout::kHeld || (kLayout == RowLayout::kHeldInCluster && kPack > 1))
         ? 2
         : 1;
@@ -220,20 +233,23 @@ constexpr int kForwardMinBlocks =
 // last load and its first store, an SM would have nothing to load. 16-bit
 // kernels prefetch within the 64 registers of two blocks an SM, which 32-bit
 // offsets within a chunk leave room for.
-template <typename T, int kPack, int kChunk, RowLayout kLayout>
+// Masked kernels do not prefetch: NextRow moves x alone.
+template <typename T, int kPack, int kChunk, RowLayout kLayout, bool kMasked>
 constexpr int kForwardPrefetchBytes =
-    PrefetchBytesPerThread(1, sizeof(T), kPack, kChunk, kLayout);
+    kMasked ? 0 : PrefetchBytesPerThread(1, sizeof(T), kPack, kChunk, kLayout);
 
 // kTeamPerRow: the launch gives every row a team of its own (see
 // SelectForwardKernel), and each team takes its one row with no loop over rows.
-template <Output kOutput, typename T, int kPack, int kChunk, RowLayout kLayout,
+// kMasked: `mask` holds where='s bytes, x's shape (softmax_mask.cuh); else it is null.
+template <Output kOutput, bool kMasked, typename T, int kPack, int kChunk, RowLayout kLayout,
           bool kTeamPerRow>
 __global__ void __launch_bounds__(kForwardPolicy.max_threads,
-                                  kForwardMinBlocks<T, kPack, kChunk, kLayout>)
-    SoftmaxForwardKernel(const T* __restrict__ x, T* __restrict__ y, int64_t rows, int64_t cols,
-                         RowCounter row_counter, int lanes) {
+                                  kForwardMinBlocks<T, kPack, kChunk, kLayout, kMasked>)
+    SoftmaxForwardKernel(const T* __restrict__ x, const uint8_t* __restrict__ mask,
+                         T* __restrict__ y, int64_t rows, int64_t cols, RowCounter row_counter,
+                         int lanes) {
   constexpr bool kClusters = kLayout == RowLayout::kHeldInCluster;
-  constexpr bool kPrefetches = kForwardPrefetchBytes<T, kPack, kChunk, kLayout> > 0;
+  constexpr bool kPrefetches = kForwardPrefetchBytes<T, kPack, kChunk, kLayout, kMasked> > 0;
   __shared__ RowScratch<MaxSum> scratch;
   // The policy's, not the layout's: told that its teams are never clusters,
   // ptxas spilled the unaligned bfloat16 kernel of 16 packs a thread.
@@ -258,9 +274,9 @@ __global__ void __launch_bounds__(kForwardPolicy.max_threads,
         RowChunk<T, kPack, kChunk> chunk;
         next_row.TakeInto(chunk);
         if (following < rows) next_row.Load(x + following * cols, held_packs, team);
-        SoftmaxOfHeldRow<kOutput, T, kPack, kChunk, kClusters>(chunk, y + row * cols, held_packs, team,
-                                                      scratch,
-                                                      [&] { claimed_rows.Hand(following); });
+        SoftmaxOfHeldRow<kOutput, T, kPack, kChunk, kClusters>(
+            chunk, AllKept{}, y + row * cols, held_packs, team, scratch,
+            [&] { claimed_rows.Hand(following); });
         row = following;
         following = claimed_rows.After(following);
       }
@@ -272,15 +288,19 @@ __global__ void __launch_bounds__(kForwardPolicy.max_threads,
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
     const int64_t offset = (valid ? row : 0) * cols;
+    const uint8_t* row_mask = kMasked ? mask + offset : nullptr;
     if constexpr (kLayout == RowLayout::kStreamed) {
-      SoftmaxRowStreamed<kOutput, T, kPack, kChunk>(x + offset, y + offset, valid ? num_packs : 0, team,
-                                           scratch);
+      SoftmaxRowStreamed<kOutput, kMasked, T, kPack, kChunk>(
+          x + offset, row_mask, y + offset, valid ? num_packs : 0, team, scratch);
     } else {
       const int packs = valid ? held_packs : 0;
       RowChunk<T, kPack, kChunk> chunk;
       chunk.Load(x + offset, packs, team);
-      SoftmaxOfHeldRow<kOutput, T, kPack, kChunk, kClusters>(chunk, y + offset, packs, team, scratch,
-                                                    [] {});
+      KeepOf<kMasked, kPack, kChunk> keep;
+      keep.Load(row_mask, packs, team);
+      keep.DropFrom(chunk);
+      SoftmaxOfHeldRow<kOutput, T, kPack, kChunk, kClusters>(chunk, keep, y + offset, packs, team,
+                                                             scratch, [] {});
     }
   };
   team.ForEachGroup<kTeamPerRow>(rows, softmax_of_group);

@@ -17,15 +17,15 @@ namespace jax_camp::softmax {
 // for every row, as reduce_sum's, which the medium shapes ran shorter; teams
 // of fewer lanes, sharing a block with other rows, ran longer so and keep the
 // loop, as does the backward, which lost with it.
-template <Output kOutput, typename T>
+template <Output kOutput, bool kMasked, typename T>
 struct SelectForwardKernel {
   template <typename Pack, typename Chunk, typename Layout>
   auto operator()(Pack, Chunk, Layout, const RowLaunch& plan) const {
     auto kernel = [](auto team_per_row) {
       return RowKernel{
-          SoftmaxForwardKernel<kOutput, T, Pack::value, Chunk::value, Layout::value,
+          SoftmaxForwardKernel<kOutput, kMasked, T, Pack::value, Chunk::value, Layout::value,
                                decltype(team_per_row)::value>,
-          kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value>};
+          kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value, kMasked>};
     };
     if constexpr (Layout::value == RowLayout::kHeld) {
       // Teams of a warp to a block (of at most 512 threads) a row.
@@ -55,6 +55,15 @@ inline auto ForwardCudaBinding() {
       .Ret<ffi::AnyBuffer>()
       .Ret<RowCounterBuffer>();
 }
+// The forward with where=: x, then its mask.
+inline auto MaskedForwardCudaBinding() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Arg<ffi::AnyBuffer>()
+      .Arg<ffi::AnyBuffer>()
+      .Ret<ffi::AnyBuffer>()
+      .Ret<RowCounterBuffer>();
+}
 inline auto BackwardCudaBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
@@ -64,27 +73,31 @@ inline auto BackwardCudaBinding() {
 }
 
 // The forward's FFI handler, for softmax.cu and ../log_softmax: checks its
-// buffers and launches the forward kernel writing kOutput. `row_counter` is
-// the call's scratch (LaunchScratch), where the kernel for long rows counts
-// the rows its teams claim; zeroed by the launch that claims, and not kept.
-template <Output kOutput>
+// buffers and launches the forward kernel writing kOutput, with where='s
+// `mask` (x's shape) where there is one (kMasked). `row_counter` is the call's
+// scratch (LaunchScratch), where the kernel for long rows counts the rows its
+// teams claim; zeroed by the launch that claims, and not kept.
+template <Output kOutput, bool kMasked = false>
 ffi::Error ForwardCuda(const char* op, cudaStream_t stream, ffi::AnyBuffer x,
-                       ffi::Result<ffi::AnyBuffer> y, ffi::Result<RowCounterBuffer> row_counter) {
+                       const ffi::AnyBuffer* mask, ffi::Result<ffi::AnyBuffer> y,
+                       ffi::Result<RowCounterBuffer> row_counter) {
   JAX_CAMP_RETURN_IF_ERROR(CheckLikeInput(op, x, {&*y}));
+  if constexpr (kMasked) JAX_CAMP_RETURN_IF_ERROR(CheckMask(op, x, *mask));
   if (row_counter->element_count() != 1)
     return ffi::Error::InvalidArgument(std::string(op) + ": the row counter must hold one uint32");
   const int64_t rows = Rows(x);
   const int64_t cols = Cols(x);
   if (rows * cols == 0) return ffi::Error::Success();
   const std::string what = std::string("launching ") + op;
+  const auto* keep = kMasked ? static_cast<const uint8_t*>(mask->untyped_data()) : nullptr;
   return DispatchFloat<DeviceTypes>(x.element_type(), [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T* in = static_cast<const T*>(x.untyped_data());
     T* out = static_cast<T*>(y->untyped_data());
+    const bool aligned = IsAligned(in, 16) && IsAligned(out, 16) && IsAligned(keep, 16);
     return LaunchRowKernel<T, kForwardPolicy>(
-        what.c_str(), stream, rows, cols, IsAligned(in, 16) && IsAligned(out, 16),
-        SelectForwardKernel<kOutput, T>{}, LaunchScratch{row_counter->typed_data()}, in, out,
-        rows, cols);
+        what.c_str(), stream, rows, cols, aligned, SelectForwardKernel<kOutput, kMasked, T>{},
+        LaunchScratch{row_counter->typed_data()}, in, keep, out, rows, cols);
   });
 }
 

@@ -59,6 +59,25 @@ def weakly_typed_as(y: jax.Array, weak: bool) -> jax.Array:
     return _convert_element_type(y, jnp.dtype(y.dtype), weak_type=True)
 
 
+def where_mask(op: str, where: jax.typing.ArrayLike, shape: tuple[int, ...]) -> jax.Array:
+    """``where`` as the kernels' mask (bool, ``_spec.MASK_DTYPE``) of ``shape``, true keeping an
+    element. As in jax.nn, it must be boolean (a ValueError, as jnp's reductions raise); it
+    must also broadcast to ``shape`` (a ValueError names both shapes)."""
+    mask = array_like(op, "where", where)
+    if mask.dtype != bool:
+        raise ValueError(f"jax_camp.{op}: where must be a boolean array, got {mask.dtype}")
+    try:
+        fits = jnp.broadcast_shapes(mask.shape, shape) == tuple(shape)
+    except ValueError:
+        fits = False
+    if not fits:
+        raise ValueError(
+            f"jax_camp.{op}: where has shape {mask.shape}, which does not broadcast to x's shape "
+            f"{tuple(shape)}"
+        )
+    return jnp.broadcast_to(mask, shape)
+
+
 def normalize_axes(op: str, axis: Axis, ndim: int) -> tuple[int, ...]:
     """``axis`` as sorted non-negative ints; None means every axis."""
     if axis is None:

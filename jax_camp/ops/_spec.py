@@ -27,6 +27,10 @@ SUPPORTED_DTYPES: tuple[np.dtype, ...] = (
 # handler's operands, results or attributes change.
 FFI_VERSION = 1
 
+# A where= mask as the kernels take it: bool, which XLA stores as one byte an element, 1 where
+# the element takes part; a user's bool mask reaches the kernels as it is.
+MASK_DTYPE = jnp.dtype(bool)
+
 # "float32, bfloat16 or float16", for error messages.
 SUPPORTED_DTYPE_NAMES = (
     ", ".join(d.name for d in SUPPORTED_DTYPES[:-1]) + " or " + SUPPORTED_DTYPES[-1].name
@@ -41,18 +45,15 @@ CombineAcrossDevices = Callable[..., jax.Array]
 
 @dataclasses.dataclass(frozen=True)
 class OpSpec:
-    """One kernel: ``arity`` operands of one shape and dtype in, one array of that dtype out.
+    """One kernel: ``arity`` operands of one shape and dtype in (but for a mask, below), one
+    array of that dtype out.
 
     Attributes:
       name: the kernel's name, e.g. "softmax_backward", as csrc/ops.inc lists
         it; its FFI target is ``jax_camp_v<FFI_VERSION>_<name>`` (``ffi_target``).
       arity: how many operands the kernel takes.
-      sharding_rule: the Shardy rule of the call; "i" names the last dim of a
-        kernel that works along rows.
       tilelang_module: the module of ``jax_camp.tilelang_kernels`` whose
         ``<name>_program`` builds the TileLang version.
-      reduction_factors: the rule's factors that the kernel sums over, so that
-        Shardy may shard them and combine the partial results.
       along_rows: the kernel treats the last dim as a row and the others as
         independent rows; otherwise it is elementwise over a flat buffer.
       drops_last_dim: the result has the operands' shape without the last dim;
@@ -61,23 +62,38 @@ class OpSpec:
         the whole rows' result; None for a kernel whose rows are never split.
       scratch_results: extra outputs of the FFI call, for the kernel's own use
         and dropped after it.
+      mask_operand: the last operand is a ``where=`` mask: ``MASK_DTYPE`` of the
+        others' shape, true where an element takes part.
     """
 
     name: str
     arity: int
-    sharding_rule: str
     tilelang_module: str
-    reduction_factors: tuple[str, ...] = ()
     along_rows: bool = False
     drops_last_dim: bool = False
     combine_across_devices: CombineAcrossDevices | None = None
     scratch_results: tuple[jax.ShapeDtypeStruct, ...] = ()
+    mask_operand: bool = False
 
     @property
     def ffi_target(self) -> str:
         """The XLA FFI target that runs the kernel, the same on every platform, under which
         registration puts the C++ module's handler for each platform (csrc/ops.inc)."""
         return f"jax_camp_v{FFI_VERSION}_{self.name}"
+
+    @property
+    def sharding_rule(self) -> str:
+        """The call's Shardy rule: "i" names the last dim of a kernel that works along rows,
+        which a kernel that drops it sums over (``reduction_factors``)."""
+        operand = "... i" if self.along_rows else "..."
+        result = "..." if self.drops_last_dim else operand
+        return f"{', '.join([operand] * self.arity)} -> {result}"
+
+    @property
+    def reduction_factors(self) -> tuple[str, ...]:
+        """The rule's factors that the kernel sums over, so that Shardy may shard them and
+        combine the partial results."""
+        return ("i",) if self.drops_last_dim else ()
 
     def result_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         """The result's shape for operands of ``shape``."""

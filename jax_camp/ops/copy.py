@@ -12,13 +12,7 @@ from jax_camp import backends, registration
 from jax_camp.ops import _checks
 from jax_camp.ops._spec import OpSpec
 
-COPY = OpSpec(
-    name="copy",
-    arity=1,
-    sharding_rule="... -> ...",
-    tilelang_module="copy",
-)
-registration.register(COPY)
+COPY = registration.register(OpSpec(name="copy", arity=1, tilelang_module="copy"))
 
 
 def copy(x: jax.typing.ArrayLike, *, backend: str | None = None) -> jax.Array:

@@ -1,4 +1,5 @@
-"""jax_camp.log_softmax: log_softmax along an axis, with its own backward and tangent kernels."""
+"""jax_camp.log_softmax: log_softmax along an axis, with where='s mask, and its own backward and
+tangent kernels."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import jax.numpy as jnp
 
 from jax_camp import backends, registration
 from jax_camp.ops._spec import OpSpec
-from jax_camp.ops.softmax import SOFTMAX, normalize_along
+from jax_camp.ops.softmax import SOFTMAX, masked_across_devices, normalize_along
 
 
 # Rows split over the devices of mesh ``axes`` (this function and the next two): ``local`` runs
@@ -55,45 +56,38 @@ def _log_softmax_tangent_across_devices(
 
 # The forward kernel: y = x - max - log(sum(exp(x - max))) along each row. It is softmax's
 # forward with another output, so it has softmax's scratch row counter.
-LOG_SOFTMAX = OpSpec(
-    name="log_softmax",
-    arity=1,
-    sharding_rule="... i -> ... i",
-    tilelang_module="log_softmax",
-    along_rows=True,
-    combine_across_devices=_log_softmax_across_devices,
-    scratch_results=SOFTMAX.scratch_results,
-)
-registration.register(LOG_SOFTMAX)
+LOG_SOFTMAX = registration.register(OpSpec(
+    name="log_softmax", arity=1, tilelang_module="log_softmax", along_rows=True,
+    combine_across_devices=_log_softmax_across_devices, scratch_results=SOFTMAX.scratch_results,
+))
+
+# The forward kernel with where='s mask: masked-out elements take no part in their row and
+# come out -inf.
+LOG_SOFTMAX_MASKED = registration.register(OpSpec(
+    name="log_softmax_masked", arity=2, tilelang_module="log_softmax", along_rows=True,
+    mask_operand=True, scratch_results=SOFTMAX.scratch_results,
+    combine_across_devices=masked_across_devices(_log_softmax_across_devices, -jnp.inf),
+))
 
 # Reverse mode: dx = g - exp(y) * sum(g) along each row, from the forward's output y and the
 # cotangent g.
-LOG_SOFTMAX_BACKWARD = OpSpec(
-    name="log_softmax_backward",
-    arity=2,
-    sharding_rule="... i, ... i -> ... i",
-    tilelang_module="log_softmax",
-    along_rows=True,
+LOG_SOFTMAX_BACKWARD = registration.register(OpSpec(
+    name="log_softmax_backward", arity=2, tilelang_module="log_softmax", along_rows=True,
     combine_across_devices=_log_softmax_backward_across_devices,
-)
-registration.register(LOG_SOFTMAX_BACKWARD)
+))
 
 # Forward mode: dy = t - sum(exp(y) * t) along each row, from the forward's output y and the
 # tangent t. The Jacobian, I - 1 softmax^T, is not symmetric, so this is not the backward.
-LOG_SOFTMAX_TANGENT = OpSpec(
-    name="log_softmax_tangent",
-    arity=2,
-    sharding_rule="... i, ... i -> ... i",
-    tilelang_module="log_softmax",
-    along_rows=True,
+LOG_SOFTMAX_TANGENT = registration.register(OpSpec(
+    name="log_softmax_tangent", arity=2, tilelang_module="log_softmax", along_rows=True,
     combine_across_devices=_log_softmax_tangent_across_devices,
-)
-registration.register(LOG_SOFTMAX_TANGENT)
+))
 
 
 def log_softmax(
     x: jax.typing.ArrayLike,
     axis: int | tuple[int, ...] | None = -1,
+    where: jax.typing.ArrayLike | None = None,
     *,
     backend: str | None = None,
 ) -> jax.Array:
@@ -107,6 +101,9 @@ def log_softmax(
       x: a float32, bfloat16 or float16 array.
       axis: the axis, or tuple of axes, to normalize over (negative allowed);
         None normalizes over every axis.
+      where: elements to include, an array that broadcasts to ``x``'s shape (nonzero
+        includes): the others take no part in their row and come out -inf; a row with none
+        included is all -inf. The kernels read it with x, in the same pass.
       backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
         "xla"; see ``jax_camp.backends``.
 
@@ -115,13 +112,15 @@ def log_softmax(
       reverse mode's ``dx = g - exp(y) * sum(g)`` and forward mode's tangent
       ``t - sum(exp(y) * t)`` are kernels of the forward's output, nothing recomputed.
     """
-    return normalize_along(LOG_SOFTMAX, jax.nn.log_softmax, x, axis, backend)
+    return normalize_along(LOG_SOFTMAX, LOG_SOFTMAX_MASKED, jax.nn.log_softmax, x, axis, where,
+                           backend)
 
 
 # Derivative rules. The tangent and backward kernels are linear in their second operand and
 # each other's transpose (J t and J^T g for J = I - 1 softmax^T); their derivatives in y,
 # needed only for second-order derivatives, are plain JAX.
 _log_softmax_p = backends.primitive(LOG_SOFTMAX)
+_masked_p = backends.primitive(LOG_SOFTMAX_MASKED)
 _backward_p = backends.primitive(LOG_SOFTMAX_BACKWARD)
 _tangent_p = backends.primitive(LOG_SOFTMAX_TANGENT)
 
@@ -139,6 +138,14 @@ def _tangent_jvp_in_y(dy: jax.Array, y: jax.Array, t: jax.Array, *, backend: str
     return jnp.broadcast_to(-d_dot, y.shape).astype(y.dtype)
 
 
+def _masked_tangent(dy: jax.Array, mask: jax.Array) -> jax.Array:
+    # A masked-out y is -inf whatever x is: its tangent is 0, where the kernel's t - sum(...)
+    # is not. The select transposes to the same select of the cotangent before the backward
+    # kernel, which then leaves masked-out elements out of sum(g) and gives them 0.
+    return jnp.where(mask != 0, dy, jnp.zeros_like(dy))
+
+
 backends.def_jvp_from_output(_log_softmax_p, _tangent_p)
+backends.def_jvp_from_output(_masked_p, _tangent_p, _masked_tangent)
 backends.def_linear_in_second(_backward_p, _backward_jvp_in_y, _tangent_p)
 backends.def_linear_in_second(_tangent_p, _tangent_jvp_in_y, _backward_p)

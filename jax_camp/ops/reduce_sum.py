@@ -22,17 +22,10 @@ def _sum_across_devices(local: Callable[..., jax.Array], axes, x: jax.Array) -> 
 
 
 # The kernel sums each row of its operand's last dim.
-REDUCE_SUM = OpSpec(
-    name="reduce_sum",
-    arity=1,
-    sharding_rule="... i -> ...",
-    tilelang_module="reduce_sum",
-    reduction_factors=("i",),
-    along_rows=True,
-    drops_last_dim=True,
-    combine_across_devices=_sum_across_devices,
-)
-registration.register(REDUCE_SUM)
+REDUCE_SUM = registration.register(OpSpec(
+    name="reduce_sum", arity=1, tilelang_module="reduce_sum", along_rows=True,
+    drops_last_dim=True, combine_across_devices=_sum_across_devices,
+))
 
 
 def reduce_sum(

@@ -1,4 +1,4 @@
-"""jax_camp.softmax: softmax along an axis, with its own fused backward kernel."""
+"""jax_camp.softmax: softmax along an axis, with where='s mask, and its own fused backward."""
 
 from __future__ import annotations
 
@@ -44,37 +44,50 @@ def _softmax_backward_across_devices(
     return (dx.astype(jnp.float32) + y.astype(jnp.float32) * (block_dot - row_dot)).astype(y.dtype)
 
 
+def masked_across_devices(combine, masked_value: float):
+    """``combine`` of a kernel without a mask, for its kernel with ``where=``'s mask: the
+    blocks' masked-out values are -inf to the rows' max and sum, and their answer is
+    ``masked_value``."""
+
+    def combine_masked(local: Callable[..., jax.Array], axes, x: jax.Array,
+                       mask: jax.Array) -> jax.Array:
+        keep = mask != 0
+        whole = combine(lambda v: local(v, mask), axes, jnp.where(keep, x, -jnp.inf))
+        return jnp.where(keep, whole, masked_value).astype(x.dtype)
+
+    return combine_masked
+
+
 # The forward kernel normalizes each row of its operand's last dim.
-SOFTMAX = OpSpec(
-    name="softmax",
-    arity=1,
-    sharding_rule="... i -> ... i",
-    tilelang_module="softmax",
-    along_rows=True,
+SOFTMAX = registration.register(OpSpec(
+    name="softmax", arity=1, tilelang_module="softmax", along_rows=True,
     combine_across_devices=_softmax_across_devices,
     # A row counter, where the long-row CUDA kernel counts the rows its
     # thread-block clusters claim (RowCounter, csrc/common/row_team.cuh).
     # XLA allocates it with the call, so calls in flight at once never share one.
     scratch_results=(jax.ShapeDtypeStruct((1,), jnp.uint32),),
-)
-registration.register(SOFTMAX)
+))
+
+# The forward kernel with where='s mask: masked-out elements take no part in their row and
+# come out 0.
+SOFTMAX_MASKED = registration.register(OpSpec(
+    name="softmax_masked", arity=2, tilelang_module="softmax", along_rows=True, mask_operand=True,
+    combine_across_devices=masked_across_devices(_softmax_across_devices, 0.0),
+    scratch_results=SOFTMAX.scratch_results,
+))
 
 # The backward kernel: dx = y * (g - sum(g * y)) along each row, from the
 # forward's output y and the cotangent g.
-SOFTMAX_BACKWARD = OpSpec(
-    name="softmax_backward",
-    arity=2,
-    sharding_rule="... i, ... i -> ... i",
-    tilelang_module="softmax",
-    along_rows=True,
+SOFTMAX_BACKWARD = registration.register(OpSpec(
+    name="softmax_backward", arity=2, tilelang_module="softmax", along_rows=True,
     combine_across_devices=_softmax_backward_across_devices,
-)
-registration.register(SOFTMAX_BACKWARD)
+))
 
 
 def softmax(
     x: jax.typing.ArrayLike,
     axis: int | tuple[int, ...] | None = -1,
+    where: jax.typing.ArrayLike | None = None,
     *,
     backend: str | None = None,
 ) -> jax.Array:
@@ -84,6 +97,9 @@ def softmax(
       x: a float32, bfloat16 or float16 array.
       axis: the axis, or tuple of axes, to normalize over (negative allowed);
         None normalizes over every axis.
+      where: elements to include, an array that broadcasts to ``x``'s shape (nonzero
+        includes): the others take no part in their row and come out 0; a row with none
+        included is all 0. The kernels read it with x, in the same pass.
       backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
         "xla"; see ``jax_camp.backends``.
 
@@ -93,34 +109,41 @@ def softmax(
       ``y * (t - sum(y * t))`` are one kernel that reuses the forward's output instead of
       recomputing it.
     """
-    return normalize_along(SOFTMAX, jax.nn.softmax, x, axis, backend)
+    return normalize_along(SOFTMAX, SOFTMAX_MASKED, jax.nn.softmax, x, axis, where, backend)
 
 
 def normalize_along(
     spec: OpSpec,
+    masked_spec: OpSpec,
     reference: Callable[..., jax.Array],
     x: jax.typing.ArrayLike,
     axis: int | tuple[int, ...] | None,
+    where: jax.typing.ArrayLike | None,
     backend: str | None,
 ) -> jax.Array:
-    """softmax's and log_softmax's public path: their checks, then the kernel ``spec``
-    over ``axis`` (moved last, as the kernels normalize rows), or ``reference`` (jax.nn's)
-    on the "xla" backend."""
+    """softmax's and log_softmax's public path: their checks, then the kernel ``spec`` (or
+    ``masked_spec`` with ``where``'s mask) over ``axis`` (moved last, as the kernels normalize
+    rows), or ``reference`` (jax.nn's) on the "xla" backend."""
     backend = backends.resolve(backend)
     x = _checks.float_array(spec.name, "x", x)
     axes = _checks.normalize_axes(spec.name, axis, x.ndim)
-    return _normalize_along(spec, reference, x, axes, backend)
+    mask = None if where is None else _checks.where_mask(spec.name, where, x.shape)
+    return _normalize_along(spec, masked_spec, reference, x, mask, axes, backend)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 3, 4))
-def _normalize_along(spec: OpSpec, reference, x: jax.Array, axes: tuple[int, ...],
-                     backend: str) -> jax.Array:
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 5, 6))
+def _normalize_along(spec: OpSpec, masked_spec: OpSpec, reference, x: jax.Array,
+                     mask: jax.Array | None, axes: tuple[int, ...], backend: str) -> jax.Array:
     if not backends.uses_kernels(backend):
-        return reference(x, axis=axes)
+        return reference(x, axis=axes, where=mask)
     if x.size == 0:
         return jnp.empty_like(x)
     rows = _checks.move_to_last(x, axes)
-    return _checks.restore_from_last(backends.kernel_call(spec, backend, rows), x.shape, axes)
+    if mask is None:
+        out = backends.kernel_call(spec, backend, rows)
+    else:
+        out = backends.kernel_call(masked_spec, backend, rows, _checks.move_to_last(mask, axes))
+    return _checks.restore_from_last(out, x.shape, axes)
 
 
 # Derivative rules. softmax's Jacobian, diag(y) - y y^T, is symmetric, so one map serves
@@ -129,6 +152,7 @@ def _normalize_along(spec: OpSpec, reference, x: jax.Array, axes: tuple[int, ...
 # kernel is linear in its second operand, so its transpose is itself; its derivative in y,
 # needed only for second-order derivatives, is plain JAX.
 _softmax_p = backends.primitive(SOFTMAX)
+_masked_p = backends.primitive(SOFTMAX_MASKED)
 _backward_p = backends.primitive(SOFTMAX_BACKWARD)
 
 
@@ -141,5 +165,7 @@ def _backward_jvp_in_y(dy: jax.Array, y: jax.Array, g: jax.Array, *, backend: st
 
 
 backends.def_jvp_from_output(_softmax_p, _backward_p)
+# With where=, y is 0 where the mask drops x, and so is the same tangent there.
+backends.def_jvp_from_output(_masked_p, _backward_p)
 # The backward kernel is linear in g; as the Jacobian is symmetric, it is its own transpose.
 backends.def_linear_in_second(_backward_p, _backward_jvp_in_y, _backward_p)

@@ -14,13 +14,7 @@ from jax_camp.ops._spec import OpSpec
 
 # The kernel adds operands of one shape and dtype: broadcasting and promotion
 # happen before it, in JAX.
-VECTOR_ADD = OpSpec(
-    name="vector_add",
-    arity=2,
-    sharding_rule="..., ... -> ...",
-    tilelang_module="vector_add",
-)
-registration.register(VECTOR_ADD)
+VECTOR_ADD = registration.register(OpSpec(name="vector_add", arity=2, tilelang_module="vector_add"))
 
 
 def vector_add(

@@ -14,9 +14,9 @@ How a call travels (docs/tilelang.md has the measurements):
 3. ``jax.ffi.ffi_call`` emits the custom call, like the CUDA backend does.
 
 A compiled tile program has a fixed rank, so the bridge reshapes every
-operand to the rank its kernel expects (flat for copy and vector_add,
-(rows, cols) for the rest; a free bitcast in XLA) and reshapes the result
-back. Batching never reaches the bridge: ``jax_camp.sharding`` handles vmap
+operand (a where= mask too) to the rank its kernel expects (flat for copy and
+vector_add, (rows, cols) for the rest; a free bitcast in XLA) and reshapes the
+result back. Batching never reaches the bridge: ``jax_camp.sharding`` handles vmap
 for every backend by moving the batch dim in front, where it is more rows,
 so one kernel still serves every batch size.
 """
@@ -43,7 +43,7 @@ except (ImportError, OSError) as _error:  # OSError: a wheel whose native librar
 from tvm import tirx
 
 from jax_camp import registration
-from jax_camp.ops._spec import SUPPORTED_DTYPE_NAMES, SUPPORTED_DTYPES, OpSpec
+from jax_camp.ops._spec import MASK_DTYPE, SUPPORTED_DTYPE_NAMES, SUPPORTED_DTYPES, OpSpec
 from jax_camp.tilelang_kernels._rows import is_aligned
 
 class TileLangKernel(NamedTuple):
@@ -142,6 +142,10 @@ def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
         # A launch over nothing would be an invalid (empty) grid; an empty
         # row sums to 0 and every other op has nothing to write.
         return jnp.zeros(out_shape, x.dtype)
+    if spec.mask_operand:
+        # The tile programs declare the mask uint8, bool's bytes under a type that DLPack
+        # and TileLang's argument checks agree on.
+        operands = (*operands[:-1], operands[-1].astype(jnp.uint8))
     name = ffi_target(spec.name, dtype, aligned)
     call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(spec.result_shape(kernel_shape), x.dtype))
     return call(*(o.reshape(kernel_shape) for o in operands)).reshape(out_shape)
@@ -164,11 +168,16 @@ def kernel_call(spec: OpSpec, *operands: jax.Array) -> jax.Array:
         raise ValueError(
             f"TileLang {op} has no kernel for dtype {dtype}; use {SUPPORTED_DTYPE_NAMES}"
         )
-    for other in operands[1:]:
-        if other.shape != x.shape or jnp.dtype(other.dtype) != dtype:
+    # Every operand has x's shape and dtype, but a where= mask, which is bool.
+    dtypes = [dtype] * len(operands)
+    if spec.mask_operand:
+        dtypes[-1] = MASK_DTYPE
+    for other, want in zip(operands[1:], dtypes[1:]):
+        if other.shape != x.shape or jnp.dtype(other.dtype) != want:
+            mask = f", the last (a where= mask) in {MASK_DTYPE}" if spec.mask_operand else ""
             raise ValueError(
-                f"TileLang {op} needs operands of one shape and dtype, got "
-                f"{x.shape} {dtype} and {other.shape} {jnp.dtype(other.dtype)}"
+                f"TileLang {op} needs operands of x's shape and dtype, {x.shape} {dtype}{mask}; "
+                f"got {other.shape} {jnp.dtype(other.dtype)}"
             )
     if spec.along_rows and x.ndim == 0:
         raise ValueError(f"TileLang {op} works along the last dim and needs rank >= 1")

@@ -1,4 +1,4 @@
-"""log_softmax and its two derivatives: softmax's tile programs, other formulas.
+"""log_softmax, masked or not, and its two derivatives: softmax's tile programs, other formulas.
 
 Forward. For a row with maximum m and s = sum(exp(x - m)), log_softmax is
 y = (x - m) - log(s). The kernel is softmax's (``row_softmax_program`` in
@@ -18,7 +18,10 @@ precision however negative it is.
 Special values come out as jax.nn.log_softmax's, for the reasons softmax.py
 gives: a -inf entry of an otherwise finite row gives -inf - m - log(s) = -inf;
 a row of -inf has m = -inf and s = 0, and -inf - -inf is NaN; a NaN or +inf
-entry makes s NaN and so the whole row NaN.
+entry makes s NaN and so the whole row NaN. With a where= mask
+(``log_softmax_masked``) the kernel is softmax_masked's: a masked-out element
+takes no part in m and s, and gets -inf, jax's answer, as does every element of
+a fully masked row.
 
 Derivatives. Write p = softmax(x) = exp(y). Since y_i = x_i - log(sum_j
 exp(x_j)), a change dx moves y_i by dx_i - sum_j p_j dx_j: the Jacobian of a
@@ -66,11 +69,23 @@ def probability(y):
     return T.exp2(y * LOG2E)
 
 
+def log_normalized(shifted, log2_sum):
+    """log_softmax's output (x - m) - log(s), from shifted = x - m and log2(s)."""
+    return shifted - log2_sum * LN2
+
+
 def log_softmax_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
     """The forward log_softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
+    return row_softmax_program("log_softmax", dtype, aligned, write=log_normalized)
+
+
+def log_softmax_masked_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+    """log_softmax(X, where=Mask): Mask is uint8, nonzero where an element takes part.
+
+    The elements it masks out give -inf, jax.nn.log_softmax's answer.
+    """
     return row_softmax_program(
-        "log_softmax", dtype, aligned,
-        write=lambda shifted, log2_sum: shifted - log2_sum * LN2,
+        "log_softmax_masked", dtype, aligned, write=log_normalized, masked_out=-math.inf
     )
 
 

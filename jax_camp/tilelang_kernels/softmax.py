@@ -1,4 +1,4 @@
-"""softmax and its backward, one block per ROWS rows, two passes per row.
+"""softmax, masked or not, and its backward, one block per ROWS rows, two passes per row.
 
 Forward, online softmax. Pass 1 reads the row once, tile by tile, and keeps a
 rolling log-sum-exp as two numbers: ``m``, the largest x seen so far, and
@@ -29,12 +29,24 @@ skips real -inf entries (their term is 0; letting them in would compute
 -inf - -inf = NaN, jax's answer; a NaN or +inf entry makes s NaN, and the whole
 row NaN, as in jax.
 
+softmax(x, where=mask), the kernel ``softmax_masked``, takes a uint8 Mask
+beside X, nonzero where an element takes part. Each pass reads the mask's tile
+with X's, in X's layout, so a thread holds the mask bytes of its own elements
+(on aligned rows in vectors too, of one byte per element of X's vector).
+Pass 1 turns a masked-out element into -inf, as it does a column past the row's
+end: it enters neither the max nor the sum, and a NaN or +inf there changes
+nothing. Pass 2 stores 0 for it, jax's answer, whatever x - m and log2(s) would
+give. So the kept elements come out as a row of them alone would (all -inf:
+NaN, as in jax), and a fully masked row, which has no kept element and s = 0,
+comes out all 0, never NaN.
+
 Backward: dx = y * (g - sum(g * y)) along the row, from the forward's output
 y and the incoming cotangent g. Pass 1 accumulates g * y element-wise into a
 float32 fragment and reduces it once per row; pass 2 writes dx.
 
 Both tile programs are written once, as builders that take the formulas of
-single elements: ``row_softmax_program`` takes what pass 2 writes, and
+single elements: ``row_softmax_program`` takes what pass 2 writes (and what
+a masked-out element gets, for a masked kernel), and
 ``reduce_then_write_program`` the term pass 1 sums and what pass 2 writes.
 log_softmax.py builds its forward and its two derivatives from them. Each
 builder also takes the op's name and sets the prim_func's ``global_symbol`` to
@@ -43,8 +55,9 @@ every op a builder serves, and TileLang names the CUDA kernel
 ``<global_symbol>_kernel``, the name the bridge and the tests look for.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: TileLang evaluates a string
+# annotation against the names the function's body uses, and the prim_funcs'
+# signatures below name m_, n and dtype, which their bodies do not.
 import math
 
 import tilelang.language as T
@@ -62,20 +75,27 @@ from jax_camp.tilelang_kernels._rows import (
 LOG2E = math.log2(math.e)
 
 
-def row_softmax_program(name: str, dtype: str, aligned: bool, write) -> tirx.PrimFunc:
+def row_softmax_program(
+    name: str, dtype: str, aligned: bool, write, masked_out: float | None = None
+) -> tirx.PrimFunc:
     """The forward kernel ``name``: online softmax over (M, N) rows of any M, N, X to Y.
 
     Pass 2 stores ``write(shifted, log2_sum)`` for each element: its output
     in float32 from shifted = x - m and log2(s), its row's normalizer in base 2.
+    With ``masked_out`` given the kernel is a masked one, X, Mask to Y: Mask is
+    uint8, nonzero where an element takes part, and pass 2 stores
+    ``masked_out`` for the elements it masks out.
     """
+    masked = masked_out is not None
     cols = columns(dtype)
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     neg_inf = -T.infinity(ACCUM)
     layout = warp_per_row_layout(dtype)
 
-    @T.prim_func
-    def row_softmax(X: T.Tensor((m_, n), dtype), Y: T.Tensor((m_, n), dtype)):
+    # The body of both kernels, masked or not; Mask is None in the one without.
+    @T.macro
+    def online_softmax(X, Mask, Y):
         with T.Kernel(T.ceildiv(m_, ROWS), threads=THREADS) as bx:
             if aligned:
                 T.assume(n % vec == 0)
@@ -88,15 +108,24 @@ def row_softmax_program(name: str, dtype: str, aligned: bool, write) -> tirx.Pri
             row_max = T.alloc_fragment((ROWS,), ACCUM)
             row_sum = T.alloc_fragment((ROWS,), ACCUM)
             log2_sum = T.alloc_fragment((ROWS,), ACCUM)
-            T.annotate_layout({t: layout for t in (tile, x, lane_max, lane_sum, scaled, out)})
+            per_element = [tile, x, lane_max, lane_sum, scaled, out]
+            if masked:
+                keep = T.alloc_fragment((ROWS, cols), "uint8")
+                per_element.append(keep)
+            T.annotate_layout({t: layout for t in per_element})
             T.fill(lane_max, neg_inf)
             T.fill(lane_sum, 0.0)
 
             # Pass 1: each element's rolling (max, sum) pair, one exp2 per x.
             for kb in T.Serial(T.ceildiv(n, cols)):
                 T.copy(X[bx * ROWS, kb * cols], tile)
+                if masked:
+                    T.copy(Mask[bx * ROWS, kb * cols], keep)
                 for i, j in T.Parallel(ROWS, cols):
                     x[i, j] = T.if_then_else(kb * cols + j < n, T.cast(tile[i, j], ACCUM), neg_inf)
+                    if masked:
+                        # A masked-out element is skipped as a column past the row's end is.
+                        x[i, j] = T.if_then_else(keep[i, j] != 0, x[i, j], neg_inf)
                 for i, j in T.Parallel(ROWS, cols):
                     lane_sum[i, j] = T.if_then_else(
                         x[i, j] == neg_inf,
@@ -127,11 +156,36 @@ def row_softmax_program(name: str, dtype: str, aligned: bool, write) -> tirx.Pri
             # Pass 2: normalize. The second read mostly hits L2.
             for kb in T.Serial(T.ceildiv(n, cols)):
                 T.copy(X[bx * ROWS, kb * cols], tile)
+                if masked:
+                    T.copy(Mask[bx * ROWS, kb * cols], keep)
                 for i, j in T.Parallel(ROWS, cols):
                     out[i, j] = T.cast(
                         write(T.cast(tile[i, j], ACCUM) - row_max[i], log2_sum[i]), dtype
                     )
+                    if masked:
+                        # Whatever write() gave, the NaN of a fully masked row too.
+                        out[i, j] = T.if_then_else(
+                            keep[i, j] != 0, out[i, j], T.cast(masked_out, dtype)
+                        )
                 T.copy(out, Y[bx * ROWS, kb * cols])
+
+    # A prim_func's parameters are its Python signature, so the two kernels
+    # have a signature each, around the one body.
+    if masked:
+
+        @T.prim_func
+        def row_softmax(
+            X: T.Tensor((m_, n), dtype),
+            Mask: T.Tensor((m_, n), "uint8"),
+            Y: T.Tensor((m_, n), dtype),
+        ):
+            online_softmax(X, Mask, Y)
+
+    else:
+
+        @T.prim_func
+        def row_softmax(X: T.Tensor((m_, n), dtype), Y: T.Tensor((m_, n), dtype)):
+            online_softmax(X, None, Y)
 
     return row_softmax.with_attr("global_symbol", name)
 
@@ -186,12 +240,22 @@ def reduce_then_write_program(name: str, dtype: str, aligned: bool, term, output
     return reduce_then_write.with_attr("global_symbol", name)
 
 
+def normalized(shifted, log2_sum):
+    """softmax's output exp(x - m) / s, from shifted = x - m and log2(s), in base 2."""
+    return T.exp2(shifted * LOG2E - log2_sum)
+
+
 def softmax_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
     """The forward softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
-    return row_softmax_program(
-        "softmax", dtype, aligned,
-        write=lambda shifted, log2_sum: T.exp2(shifted * LOG2E - log2_sum),
-    )
+    return row_softmax_program("softmax", dtype, aligned, write=normalized)
+
+
+def softmax_masked_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+    """softmax(X, where=Mask): Mask is uint8, nonzero where an element takes part.
+
+    The elements it masks out give 0, jax.nn.softmax's answer.
+    """
+    return row_softmax_program("softmax_masked", dtype, aligned, write=normalized, masked_out=0.0)
 
 
 def softmax_backward_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
