@@ -35,6 +35,14 @@ def is_aligned(n: int, dtype: str) -> bool:
     return n % vector_elements(dtype) == 0
 
 
+def row_tiles(cols: int, *dtypes: str) -> tuple:
+    """A (ROWS, cols) fragment of each of ``dtypes``, in order: a row kernel's tiles, one value
+    of each an element, allocated inside its tile program."""
+    import tilelang.language as T
+
+    return tuple(T.alloc_fragment((ROWS, cols), dtype) for dtype in dtypes)
+
+
 def warp_per_row_layout(dtype: str):
     """Tile fragment layout: warp i holds tile row i, each lane 16-byte runs.
 

@@ -68,6 +68,7 @@ from jax_camp.tilelang_kernels._rows import (
     ROWS,
     THREADS,
     columns,
+    row_tiles,
     vector_elements,
     warp_per_row_layout,
 )
@@ -99,12 +100,9 @@ def row_softmax_program(
         with T.Kernel(T.ceildiv(m_, ROWS), threads=THREADS) as bx:
             if aligned:
                 T.assume(n % vec == 0)
-            tile = T.alloc_fragment((ROWS, cols), dtype)
-            x = T.alloc_fragment((ROWS, cols), ACCUM)
-            lane_max = T.alloc_fragment((ROWS, cols), ACCUM)
-            lane_sum = T.alloc_fragment((ROWS, cols), ACCUM)
-            scaled = T.alloc_fragment((ROWS, cols), ACCUM)
-            out = T.alloc_fragment((ROWS, cols), dtype)
+            tile, x, lane_max, lane_sum, scaled, out = row_tiles(
+                cols, dtype, ACCUM, ACCUM, ACCUM, ACCUM, dtype
+            )
             row_max = T.alloc_fragment((ROWS,), ACCUM)
             row_sum = T.alloc_fragment((ROWS,), ACCUM)
             log2_sum = T.alloc_fragment((ROWS,), ACCUM)
@@ -211,10 +209,7 @@ def reduce_then_write_program(name: str, dtype: str, aligned: bool, term, output
         with T.Kernel(T.ceildiv(m_, ROWS), threads=THREADS) as bx:
             if aligned:
                 T.assume(n % vec == 0)
-            y = T.alloc_fragment((ROWS, cols), dtype)
-            g = T.alloc_fragment((ROWS, cols), dtype)
-            acc = T.alloc_fragment((ROWS, cols), ACCUM)
-            dx = T.alloc_fragment((ROWS, cols), dtype)
+            y, g, acc, dx = row_tiles(cols, dtype, dtype, ACCUM, dtype)
             dot = T.alloc_fragment((ROWS,), ACCUM)
             T.annotate_layout({t: layout for t in (y, g, acc, dx)})
             T.clear(acc)
