@@ -194,6 +194,5 @@ def uses_kernels(backend: str) -> bool:
 
 __all__: Sequence[str] = (
     "BACKENDS", "ENV_VAR", "resolve", "primitive", "kernel_call", "def_jvp_from_output",
-    "def_linear_in_second",
-    "uses_kernels"
+    "def_linear_in_second", "uses_kernels",
 )

@@ -101,9 +101,9 @@ def log_softmax(
       x: a float32, bfloat16 or float16 array.
       axis: the axis, or tuple of axes, to normalize over (negative allowed);
         None normalizes over every axis.
-      where: elements to include, an array that broadcasts to ``x``'s shape (nonzero
-        includes): the others take no part in their row and come out -inf; a row with none
-        included is all -inf. The kernels read it with x, in the same pass.
+      where: elements to include, a boolean array that broadcasts to ``x``'s shape: the
+        others take no part in their row and come out -inf; a row with none included is all
+        -inf. The kernels read it with x, in the same pass.
       backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
         "xla"; see ``jax_camp.backends``.
 
@@ -142,7 +142,7 @@ def _masked_tangent(dy: jax.Array, mask: jax.Array) -> jax.Array:
     # A masked-out y is -inf whatever x is: its tangent is 0, where the kernel's t - sum(...)
     # is not. The select transposes to the same select of the cotangent before the backward
     # kernel, which then leaves masked-out elements out of sum(g) and gives them 0.
-    return jnp.where(mask != 0, dy, jnp.zeros_like(dy))
+    return jnp.where(mask, dy, jnp.zeros_like(dy))
 
 
 backends.def_jvp_from_output(_log_softmax_p, _tangent_p)

@@ -51,9 +51,8 @@ def masked_across_devices(combine, masked_value: float):
 
     def combine_masked(local: Callable[..., jax.Array], axes, x: jax.Array,
                        mask: jax.Array) -> jax.Array:
-        keep = mask != 0
-        whole = combine(lambda v: local(v, mask), axes, jnp.where(keep, x, -jnp.inf))
-        return jnp.where(keep, whole, masked_value).astype(x.dtype)
+        whole = combine(lambda v: local(v, mask), axes, jnp.where(mask, x, -jnp.inf))
+        return jnp.where(mask, whole, masked_value).astype(x.dtype)
 
     return combine_masked
 
@@ -97,9 +96,9 @@ def softmax(
       x: a float32, bfloat16 or float16 array.
       axis: the axis, or tuple of axes, to normalize over (negative allowed);
         None normalizes over every axis.
-      where: elements to include, an array that broadcasts to ``x``'s shape (nonzero
-        includes): the others take no part in their row and come out 0; a row with none
-        included is all 0. The kernels read it with x, in the same pass.
+      where: elements to include, a boolean array that broadcasts to ``x``'s shape: the
+        others take no part in their row and come out 0; a row with none included is all
+        0. The kernels read it with x, in the same pass.
       backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
         "xla"; see ``jax_camp.backends``.
 
