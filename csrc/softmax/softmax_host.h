@@ -1,8 +1,8 @@
-// The host handlers' shape, shared by softmax.cc and ../log_softmax: a
-// forward that writes a value of each row's max and sum of exps (where='s
-// masked-out values aside), and a backward that sums
-// one term per element along each row and then writes one output per element
-// (Gradient's Term and Out, as the GPU's SoftmaxGradient), in float32.
+// The host handlers' shape, shared by softmax.cc and ../log_softmax: a forward
+// that writes a value of each row's max and sum of exps (where='s masked-out
+// values aside), and a backward that sums one term per element along each row
+// and then writes one output per element (Gradient's Term and Out, as the
+// GPU's SoftmaxGradient), in float32.
 #pragma once
 
 #include <cmath>
