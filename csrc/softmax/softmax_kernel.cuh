@@ -105,6 +105,18 @@ __device__ __forceinline__ void StoreLogSoftmax(const RowChunk<T, kPack, kChunk>
   });
 }
 
+// Where a kernel is short of registers, the forms that hold fewer ran faster or did not
+// spill; elsewhere the forms that let ptxas issue all of a chunk's loads before its first
+// wait ran faster (docs/performance_notes.md). Short of registers: float32 rows held in
+// clusters (64 values a thread beside the cluster reduction) for both choices, and 16-bit
+// masked chunks (the 64 registers of two blocks an SM) for the mask's.
+// log_softmax's sum of exps by Sum's selects (fewer registers) or ForEach's branches:
+template <typename T, bool kClusters>
+constexpr bool kFloat32InClusters = kClusters && sizeof(T) == 4;
+// where='s mask made bits as it loads (fewer registers) or kept as bytes until DropFrom:
+template <typename T, bool kClusters>
+constexpr bool kMaskBitsAtLoad = kClusters || sizeof(T) != 4;
+
 // One row held whole in the team's registers, loaded into `chunk` (its masked-out
 // values -inf, `keep` saying which); after_reduce() runs once the team's reduction is done.
 template <Output kOutput, typename T, int kPack, int kChunk, bool kClusters, typename Keep,
@@ -138,10 +150,11 @@ __device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chu
       chunk.Replace(i, exps);
     });
   } else {
-    // log_softmax writes from x, which it keeps. 32-bit values are summed by Sum's
-    // selects and 16-bit ones by ForEach's branches: the other way round, ptxas spilled
-    // the largest chunks (float32 in clusters, bfloat16 held by a block).
-    if constexpr (RowChunk<T, kPack, kChunk>::StoredPack::kPerWord == 1) {
+    // log_softmax writes from x, which it keeps. Summed by ForEach's branches, but for
+    // float32 in clusters, where ForEach spilled: elsewhere Sum's selects let ptxas hold
+    // back a chunk's later loads until its first packs' max was taken, a second wait on
+    // memory every row.
+    if constexpr (kFloat32InClusters<T, kClusters>) {
       thread_sum = chunk.Sum(packs, team, 0.f, [&](float v) { return Exp(v - shift); });
     } else {
       chunk.ForEach(packs, team, [&](int, int, const float(&v)[kPack]) {
@@ -199,6 +212,7 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, const uint8_t* ma
   ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
     chunk.Load(x + first * kPack, count, team);
     keep.Load(kMasked ? mask + first * kPack : nullptr, count, team);
+    keep.DropFrom(chunk);  // the mask as bits for Keeps; its -inf values are not written
     if constexpr (kOutput == Output::kSoftmax) {
       chunk.ForEach(count, team, [&](int i, int col, const float(&v)[kPack]) {
         float out[kPack];
@@ -296,7 +310,7 @@ __global__ void __launch_bounds__(kForwardPolicy.max_threads,
       const int packs = valid ? held_packs : 0;
       RowChunk<T, kPack, kChunk> chunk;
       chunk.Load(x + offset, packs, team);
-      KeepOf<kMasked, kPack, kChunk> keep;
+      KeepOf<kMasked, kPack, kChunk, kMaskBitsAtLoad<T, kClusters>> keep;
       keep.Load(row_mask, packs, team);
       keep.DropFrom(chunk);
       SoftmaxOfHeldRow<kOutput, T, kPack, kChunk, kClusters>(chunk, keep, y + offset, packs, team,
