@@ -212,7 +212,7 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, const uint8_t* ma
   ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
     chunk.Load(x + first * kPack, count, team);
     keep.Load(kMasked ? mask + first * kPack : nullptr, count, team);
-    keep.DropFrom(chunk);  // the mask as bits for Keeps; its -inf values are not written
+    keep.DropFrom(chunk);  // the mask's bits for Keeps (the values it drops are not written)
     if constexpr (kOutput == Output::kSoftmax) {
       chunk.ForEach(count, team, [&](int i, int col, const float(&v)[kPack]) {
         float out[kPack];

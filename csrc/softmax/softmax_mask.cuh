@@ -53,7 +53,8 @@ class ChunkMask {
     if constexpr (!kBitsAtLoad) {
       ClearBits();
 #pragma unroll
-      for (int i = 0; i < kChunk; ++i) bits_[i * kPack / 32] |= BitsOf(bytes_[i]) << (i * kPack % 32);
+      for (int i = 0; i < kChunk; ++i)
+        bits_[i * kPack / 32] |= BitsOf(bytes_[i]) << (i * kPack % 32);
     }
     using Pack = typename RowChunk<T, kPack, kChunk>::StoredPack;
     const unsigned neg_inf = ValueBits<T>::FromFloat(-INFINITY);
