@@ -10,12 +10,18 @@ result does not show:
   the bfloat16 vector_add once read its packs 16 bits at a time and ran at
   0.89x XLA, and nvcc once split some of softmax's 16-byte stores in four;
 - reduce_sum's float32 kernels built for one block an SM (kMinBlocks), without
-  which ptxas issued a chunk's loads in rounds.
+  which ptxas issued a chunk's loads in rounds;
+- softmax's and log_softmax's forward kernels of rows held by a block issuing
+  their chunk's loads before they take its max (the SASS, where there is a
+  cuobjdump): log_softmax's float32 kernel once issued 6 of 16 first, then
+  waited on memory twice a row.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Callable
 
@@ -28,6 +34,17 @@ from helpers import NVCC, ROOT, progress
 
 OPS = ("copy", "vector_add", "reduce_sum", "softmax", "log_softmax")
 pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc")
+
+
+def _cuobjdump() -> str | None:
+    """The SASS disassembler: on the PATH, or beside nvcc as in a full toolkit."""
+    beside_nvcc = Path(NVCC).parent / "cuobjdump" if NVCC else None
+    if shutil.which("cuobjdump"):
+        return shutil.which("cuobjdump")
+    return str(beside_nvcc) if beside_nvcc and beside_nvcc.exists() else None
+
+
+CUOBJDUMP = _cuobjdump()
 
 
 def _nvcc(op: str) -> Callable[[Path, pytest.Config], list[str]]:
@@ -44,6 +61,13 @@ def _nvcc(op: str) -> Callable[[Path, pytest.Config], list[str]]:
 
 # Started while the other tests run (tests/background_runs.py).
 RUNS = BackgroundRuns(__name__, {op: _nvcc(op) for op in OPS}) if NVCC else None
+
+
+@pytest.fixture(scope="module")
+def cubins(request) -> dict[str, Path]:
+    """Each op's sm_90 cubin."""
+    done = RUNS.wait(request.config, lambda line: progress(request.config, line))
+    return {op: folder / f"{op}.cubin" for op, (folder, _, _) in done.items()}
 
 
 @pytest.fixture(scope="module")
@@ -142,3 +166,39 @@ def test_16_bit_sums_select_their_packs(builds):
         chunk = int(re.search(r"Li\d+ELi(\d+)E", name).group(1))
         selects = len(re.findall(r"\bselp\.f32\b", body))
         assert selects == (0 if "ReduceSumKernelIf" in name else chunk), name
+
+
+def _sass_functions(cubin: Path) -> dict[str, str]:
+    """Mangled name -> SASS of each kernel in a cubin."""
+    sass = subprocess.run([CUOBJDUMP, "-sass", str(cubin)], capture_output=True, text=True,
+                          check=True).stdout
+    return {m.group(1): m.group(2)
+            for m in re.finditer(r"Function : (\S+)\n(.*?)(?=Function : |\Z)", sass, re.S)}
+
+
+def _loads_after_first_max(sass: str) -> tuple[int, int]:
+    """(global loads issued after the first max instruction, global loads) before the team's
+    reduction (its first SHFL): loads after the max are a second wait on memory."""
+    loads = after = 0
+    seen_max = False
+    for op in re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9]+)", sass):
+        if op == "SHFL":
+            break
+        seen_max = seen_max or op in ("FMNMX", "HMNMX2", "VHMNMX")
+        if op == "LDG":
+            loads += 1
+            after += seen_max
+    return after, loads
+
+
+@pytest.mark.skipif(CUOBJDUMP is None, reason="needs cuobjdump")
+@pytest.mark.parametrize("op", ("softmax", "log_softmax"))
+def test_held_rows_load_their_chunk_before_its_max(cubins, op):
+    """The forward kernels without a mask, of rows held by a block: at most 2 of a chunk's loads
+    come after the first max (ptxas leaves one or two late in some of them)."""
+    kernels = {name: sass for name, sass in _sass_functions(cubins[op]).items()
+               if re.search(r"SoftmaxForwardKernelILNS0_6OutputE\dELb0E.*RowLayoutE0E", name)}
+    assert kernels
+    late = {name: counts for name, sass in kernels.items()
+            if (counts := _loads_after_first_max(sass))[0] > 2 or counts[1] == 0}
+    assert not late, f"{op}: (loads after the first max, loads) {late}"
