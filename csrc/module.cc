@@ -83,6 +83,12 @@ nb::dict RowPlan(const std::string& kernel, int64_t rows, int64_t cols, int item
   return out;
 }
 
+// Whether softmax's unmasked forward call (log_softmax's too) over `rows` rows of
+// `cols` values brings a row counter as scratch: only where its kernels may claim rows.
+bool NeedsRowCounter(int64_t rows, int64_t cols) {
+  return jax_camp::MayClaimRows(jax_camp::softmax::kForwardPolicy, rows, cols);
+}
+
 }  // namespace
 
 NB_MODULE(_kernels, m) {
@@ -94,6 +100,9 @@ NB_MODULE(_kernels, m) {
         nb::arg("sm_count") = 132,
         "The CUDA launcher's plan for a row kernel (defaults: aligned rows, code for "
         "compute capability 9.0, the H200's 132 SMs).");
+  m.def("needs_row_counter", &NeedsRowCounter, nb::arg("rows"), nb::arg("cols"),
+        "Whether softmax's and log_softmax's unmasked forward call over rows x cols brings "
+        "the row counter its long-row kernels claim rows on (a scratch result).");
 #ifdef JAX_CAMP_WITH_CUDA
   m.attr("built_with_cuda") = true;
   // CMake's CUDA architectures for this build ("80-real", ...), and whether

@@ -141,7 +141,8 @@ def _local_kernel_call(spec: OpSpec, backend: str, *operands: jax.Array) -> jax.
         from jax_camp.tilelang_kernels import bridge
 
         return bridge.kernel_call(spec, *operands)
-    call = jax.ffi.ffi_call(spec.ffi_target, (spec.result(operands[0]), *spec.scratch_results))
+    scratch = spec.scratch_results(operands[0].shape)
+    call = jax.ffi.ffi_call(spec.ffi_target, (spec.result(operands[0]), *scratch))
     return call(*operands)[0]
 
 

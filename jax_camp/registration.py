@@ -1,7 +1,7 @@
 """Loads jax_camp's compiled module and registers its XLA FFI handlers with JAX.
 
 Each op module registers its kernels' descriptions (``jax_camp.ops._spec.OpSpec``)
-here as it is imported. A kernel has one target name (``jax_camp_v1_softmax``, ...)
+here as it is imported. A kernel has one target name (``jax_camp_v2_softmax``, ...)
 registered for every platform the extension was built for: the host kernel for
 "cpu", the CUDA kernel for "CUDA". XLA picks the one for the platform it
 compiles for, so a single jitted function runs on either.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 # Before the compiled module: with the module loaded first, importing jax
 # crashed the interpreter on the GPU machine (in ml_dtypes' float printing).
@@ -58,6 +58,9 @@ except ImportError:
                       name="jax_camp._kernels") from None
 
 BUILT_WITH_CUDA: bool = _kernels.built_with_cuda
+
+# Whether softmax's unmasked forward over rows x cols takes a row counter (csrc/module.cc).
+needs_row_counter: Callable[[int, int], bool] = _kernels.needs_row_counter
 
 # Per platform ("cpu", "CUDA"), the compiled module's handlers by kernel name (csrc/ops.inc).
 _HANDLERS: dict[str, dict[str, object]] = _kernels.registrations()

@@ -21,6 +21,7 @@ from helpers import (DTYPES, RowOp, assert_close, f64, hlo_text, kernel_paths_mi
 # softmax's value and derivative tests over its shapes, with and without where=, run here on
 # log_softmax (the `op` fixture below).
 from test_softmax import (LONG_ROWS, SHAPES, test_jvp_matches_reference,  # noqa: F401
+                          test_forward_brings_a_row_counter_only_where_its_kernel_may_claim_rows,
                           test_long_rows, test_matches_reference, test_rows_claimed_by_clusters,
                           test_special_values_match_jax, test_vjp_matches_reference,
                           test_where_matches_reference, test_where_on_long_rows,

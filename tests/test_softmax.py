@@ -402,6 +402,31 @@ def test_where_runs_the_masked_kernel(op, backend):
     assert grad.count("custom_call @") == 2
 
 
+# (shape, whether the forward's call brings a row counter): csrc/common/row_plan.h's
+# MayClaimRows, more than kMinRowsPerClaimingCluster (16) rows longer than one block holds.
+ROW_COUNTER_CASES = [((8, 128), False), ((1008, 2304), False), ((4096, 32768), False),
+                     ((16, 262144), False), ((17, 32769), True), ((1024, 262144), True),
+                     ((2, 9, 40000), True)]
+
+
+@pytest.mark.parametrize("shape,counter", ROW_COUNTER_CASES)
+def test_forward_brings_a_row_counter_only_where_its_kernel_may_claim_rows(op, backend, shape,
+                                                                          counter):
+    """Each result of a custom call is an allocation a call costs the host, so the row counter
+    that long rows' cluster kernels claim rows on comes only with shapes that may have them
+    (every shape that does is checked against the planner in test_launch_policy.py); where=
+    runs kernels that never claim rows, so its call has no counter at all."""
+    if backend in ("xla", "tilelang"):
+        pytest.skip("the row counter is the CUDA and host kernels' scratch")
+    x = jax.ShapeDtypeStruct(shape, jnp.float32)
+    mask = jax.ShapeDtypeStruct(shape, jnp.bool_)
+    forward = hlo_text(functools.partial(op.fn, backend=backend), x)
+    masked = hlo_text(lambda v, m: op.fn(v, where=m, backend=backend), x, mask)
+    for text, expected in ((forward, counter), (masked, False)):
+        call, = [line for line in text.splitlines() if "custom_call @" in line]
+        assert ("tensor<1xui32>" in call) == expected, call
+
+
 def test_rejects_a_where_that_does_not_broadcast_or_is_not_boolean(backend):
     with pytest.raises(ValueError, match=r"jax_camp.softmax: where has shape \(3,\), which does not "
                                          r"broadcast to x's shape \(2, 4\)"):

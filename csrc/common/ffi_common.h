@@ -12,9 +12,21 @@ namespace jax_camp {
 
 namespace ffi = xla::ffi;
 
-// An op's scratch output for its GPU kernel's row counter (softmax's; see
-// RowCounter in row_team.cuh): one uint32, which the host kernel ignores.
+// The row counter (RowCounter in row_team.cuh) that softmax's unmasked forward
+// call brings as its last result where its kernel may claim rows (MayClaimRows
+// in row_plan.h): one uint32. Calls that cannot claim bring none, since every
+// result is an allocation a call. The host kernels ignore it.
 using RowCounterBuffer = ffi::Buffer<ffi::U32, 1>;
+
+// The row counter among a call's `scratch` results, or null where it brings none.
+inline ffi::ErrorOr<unsigned*> OptionalRowCounter(const char* op, ffi::RemainingRets scratch) {
+  if (scratch.size() == 0) return static_cast<unsigned*>(nullptr);
+  auto counter = scratch.get<RowCounterBuffer>(0);
+  if (scratch.size() > 1 || !counter.has_value() || (*counter)->element_count() != 1)
+    return ffi::Unexpected(ffi::Error::InvalidArgument(
+        std::string(op) + ": the only scratch result is a row counter of one uint32"));
+  return (*counter)->typed_data();
+}
 
 // A buffer seen as rows x cols: leading dims collapse into rows, the last dim
 // is the one an op reduces over. The JAX side moves the reduced axis last.

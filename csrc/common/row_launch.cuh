@@ -104,7 +104,7 @@ ffi::ErrorOr<int> PrepareClusterKernel(const char* what, const RowLaunch& plan,
 }
 
 // The scratch an op's custom call gives its row kernels: `row_counter`, where kernels
-// that claim rows count them (RowCounter; softmax's forward), or null if none do.
+// that claim rows count them (RowCounter; softmax's forward), or null: rows in order.
 struct LaunchScratch {
   unsigned* row_counter = nullptr;
 };
@@ -114,10 +114,11 @@ template <typename... Params>
 constexpr bool kClaimsRows = (std::is_same_v<Params, RowCounter> || ...);
 
 // kernel<<<plan>>>(args..., plan.lanes); a kernel that claims rows gets (args...,
-// RowCounter, plan.lanes) and needs scratch.row_counter. A prefetching kernel gets one
-// grid of resident clusters, each taking its rows in turn so that the next row loads
-// while one is worked on; past kMinRowsPerClaimingCluster rows per cluster, they claim
-// rows on the counter (zeroed on the stream first), else the RowCounter is null.
+// RowCounter, plan.lanes). A prefetching kernel gets one grid of resident clusters,
+// each taking its rows in turn so that the next row loads while one is worked on;
+// past kMinRowsPerClaimingCluster rows per cluster, they claim rows on
+// scratch.row_counter (zeroed on the stream first) where there is one, else the
+// RowCounter is null and they take their rows in order.
 template <typename... Params, typename... Args>
 ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch& plan,
                          RowKernel<Params...> kernel, LaunchScratch scratch, Args... args) {
@@ -133,10 +134,8 @@ ffi::Error LaunchRowPlan(const char* what, cudaStream_t stream, const RowLaunch&
   if (resident_clusters > 0)  // a prefetching kernel's
     config.gridDim.x = std::min(plan.blocks, resident_clusters * plan.cluster);
   if constexpr (kClaimsRows<Params...>) {
-    if (scratch.row_counter == nullptr)
-      return ffi::Error::Internal(std::string(what) + ": a kernel that claims rows needs a row counter");
     const bool claims =
-        resident_clusters > 0 &&
+        scratch.row_counter != nullptr && resident_clusters > 0 &&
         plan.rows > int64_t{kMinRowsPerClaimingCluster} * resident_clusters;
     if (claims) {
       JAX_CAMP_RETURN_IF_ERROR(CheckCuda(

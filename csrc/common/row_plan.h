@@ -205,4 +205,13 @@ inline int PrefetchSharedBytes(const RowLaunch& plan, int bytes_per_thread) {
 // zeroing the counter and claiming cost time that only many rows repay.
 constexpr int kMinRowsPerClaimingCluster = 16;
 
+// Whether a launch under `policy` may claim rows on some GPU, so that its call needs a
+// row counter: only cluster teams claim (they prefetch), and only rows longer than one
+// block holds take a cluster. Decided from the shape alone, as it is known when the
+// call is traced, before any device is; a call without a counter takes rows in order.
+inline bool MayClaimRows(const RowPolicy& policy, int64_t rows, int64_t cols) {
+  return policy.ClusterTeams() && rows > kMinRowsPerClaimingCluster &&
+         cols > int64_t{policy.max_threads} * policy.max_chunk_elements;
+}
+
 }  // namespace jax_camp

@@ -28,13 +28,12 @@ float LogProbability(const softmax::HostRow& row, int64_t c) {
 }
 
 ffi::Error LogSoftmaxForwardCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
-                                ffi::Result<RowCounterBuffer> /*row_counter*/) {
+                                ffi::RemainingRets /*row_counter*/) {
   return softmax::ForwardCpu("log_softmax", x, nullptr, y, -INFINITY, LogProbability);
 }
 
 ffi::Error LogSoftmaxMaskedCpu(ffi::AnyBuffer x, ffi::AnyBuffer mask,
-                               ffi::Result<ffi::AnyBuffer> y,
-                               ffi::Result<RowCounterBuffer> /*row_counter*/) {
+                               ffi::Result<ffi::AnyBuffer> y) {
   return softmax::ForwardCpu("log_softmax_masked", x, &mask, y, -INFINITY, LogProbability);
 }
 

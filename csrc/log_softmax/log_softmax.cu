@@ -11,17 +11,17 @@ namespace jax_camp::log_softmax {
 namespace {
 
 ffi::Error LogSoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
-                                 ffi::Result<ffi::AnyBuffer> y,
-                                 ffi::Result<RowCounterBuffer> row_counter) {
+                                 ffi::Result<ffi::AnyBuffer> y, ffi::RemainingRets scratch) {
+  const auto row_counter = OptionalRowCounter("log_softmax", scratch);
+  if (!row_counter.has_value()) return row_counter.error();
   return softmax::ForwardCuda<softmax::Output::kLogSoftmax>("log_softmax", stream, x, nullptr,
-                                                            y, row_counter);
+                                                            y, *row_counter);
 }
 
 ffi::Error LogSoftmaxMaskedCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer mask,
-                                ffi::Result<ffi::AnyBuffer> y,
-                                ffi::Result<RowCounterBuffer> row_counter) {
+                                ffi::Result<ffi::AnyBuffer> y) {
   return softmax::ForwardCuda<softmax::Output::kLogSoftmax, true>("log_softmax_masked", stream, x,
-                                                                  &mask, y, row_counter);
+                                                                  &mask, y, nullptr);
 }
 
 ffi::Error LogSoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer g,

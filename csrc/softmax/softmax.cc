@@ -16,12 +16,11 @@ struct SoftmaxGradient {
 float Probability(const HostRow& row, int64_t c) { return row.exps[c] / row.sum; }
 
 ffi::Error SoftmaxForwardCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> y,
-                             ffi::Result<RowCounterBuffer> /*row_counter*/) {
+                             ffi::RemainingRets /*row_counter*/) {
   return ForwardCpu("softmax", x, nullptr, y, 0.f, Probability);
 }
 
-ffi::Error SoftmaxMaskedCpu(ffi::AnyBuffer x, ffi::AnyBuffer mask, ffi::Result<ffi::AnyBuffer> y,
-                            ffi::Result<RowCounterBuffer> /*row_counter*/) {
+ffi::Error SoftmaxMaskedCpu(ffi::AnyBuffer x, ffi::AnyBuffer mask, ffi::Result<ffi::AnyBuffer> y) {
   return ForwardCpu("softmax_masked", x, &mask, y, 0.f, Probability);
 }
 

@@ -8,15 +8,15 @@ namespace jax_camp::softmax {
 namespace {
 
 ffi::Error SoftmaxForwardCuda(cudaStream_t stream, ffi::AnyBuffer x,
-                              ffi::Result<ffi::AnyBuffer> y,
-                              ffi::Result<RowCounterBuffer> row_counter) {
-  return ForwardCuda<Output::kSoftmax>("softmax", stream, x, nullptr, y, row_counter);
+                              ffi::Result<ffi::AnyBuffer> y, ffi::RemainingRets scratch) {
+  const auto row_counter = OptionalRowCounter("softmax", scratch);
+  if (!row_counter.has_value()) return row_counter.error();
+  return ForwardCuda<Output::kSoftmax>("softmax", stream, x, nullptr, y, *row_counter);
 }
 
 ffi::Error SoftmaxMaskedCuda(cudaStream_t stream, ffi::AnyBuffer x, ffi::AnyBuffer mask,
-                             ffi::Result<ffi::AnyBuffer> y,
-                             ffi::Result<RowCounterBuffer> row_counter) {
-  return ForwardCuda<Output::kSoftmax, true>("softmax_masked", stream, x, &mask, y, row_counter);
+                             ffi::Result<ffi::AnyBuffer> y) {
+  return ForwardCuda<Output::kSoftmax, true>("softmax_masked", stream, x, &mask, y, nullptr);
 }
 
 ffi::Error SoftmaxBackwardCuda(cudaStream_t stream, ffi::AnyBuffer y, ffi::AnyBuffer g,

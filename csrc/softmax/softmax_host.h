@@ -93,17 +93,14 @@ ffi::Error BackwardCpu(const char* op, ffi::AnyBuffer y, ffi::AnyBuffer g,
   });
 }
 
-// The FFI bindings of ForwardCpu's and BackwardCpu's handlers.
+// The FFI bindings of ForwardCpu's and BackwardCpu's handlers: the CUDA ones'
+// operands and results (softmax_launch.cuh), the unmasked forward's row counter too.
 inline auto ForwardCpuBinding() {
-  return ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>().Ret<RowCounterBuffer>();
+  return ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>().RemainingRets();
 }
 // The forward with where=: x, then its mask.
 inline auto MaskedForwardCpuBinding() {
-  return ffi::Ffi::Bind()
-      .Arg<ffi::AnyBuffer>()
-      .Arg<ffi::AnyBuffer>()
-      .Ret<ffi::AnyBuffer>()
-      .Ret<RowCounterBuffer>();
+  return ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>();
 }
 inline auto BackwardCpuBinding() {
   return ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>();

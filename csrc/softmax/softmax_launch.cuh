@@ -47,22 +47,23 @@ struct SelectBackwardKernel {
   }
 };
 
-// The FFI bindings of ForwardCuda's and BackwardCuda's handlers.
+// The FFI bindings of ForwardCuda's and BackwardCuda's handlers. The forward's
+// scratch results are its row counter, where the call brings one (OptionalRowCounter).
 inline auto ForwardCudaBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
       .Arg<ffi::AnyBuffer>()
       .Ret<ffi::AnyBuffer>()
-      .Ret<RowCounterBuffer>();
+      .RemainingRets();
 }
-// The forward with where=: x, then its mask.
+// The forward with where=: x, then its mask. Its kernels never claim rows (they do
+// not prefetch), so it has no row counter.
 inline auto MaskedForwardCudaBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
       .Arg<ffi::AnyBuffer>()
       .Arg<ffi::AnyBuffer>()
-      .Ret<ffi::AnyBuffer>()
-      .Ret<RowCounterBuffer>();
+      .Ret<ffi::AnyBuffer>();
 }
 inline auto BackwardCudaBinding() {
   return ffi::Ffi::Bind()
@@ -75,16 +76,14 @@ inline auto BackwardCudaBinding() {
 // The forward's FFI handler, for softmax.cu and ../log_softmax: checks its
 // buffers and launches the forward kernel writing kOutput, with where='s
 // `mask` (x's shape) where there is one (kMasked). `row_counter` is the call's
-// scratch (LaunchScratch), where the kernel for long rows counts the rows its
-// teams claim; zeroed by the launch that claims, and not kept.
+// scratch (LaunchScratch) or null, where the kernel for long rows counts the
+// rows its teams claim; zeroed by the launch that claims, and not kept.
 template <Output kOutput, bool kMasked = false>
 ffi::Error ForwardCuda(const char* op, cudaStream_t stream, ffi::AnyBuffer x,
                        const ffi::AnyBuffer* mask, ffi::Result<ffi::AnyBuffer> y,
-                       ffi::Result<RowCounterBuffer> row_counter) {
+                       unsigned* row_counter) {
   JAX_CAMP_RETURN_IF_ERROR(CheckLikeInput(op, x, {&*y}));
   if constexpr (kMasked) JAX_CAMP_RETURN_IF_ERROR(CheckMask(op, x, *mask));
-  if (row_counter->element_count() != 1)
-    return ffi::Error::InvalidArgument(std::string(op) + ": the row counter must hold one uint32");
   const int64_t rows = Rows(x);
   const int64_t cols = Cols(x);
   if (rows * cols == 0) return ffi::Error::Success();
@@ -97,7 +96,7 @@ ffi::Error ForwardCuda(const char* op, cudaStream_t stream, ffi::AnyBuffer x,
     const bool aligned = IsAligned(in, 16) && IsAligned(out, 16) && IsAligned(keep, 16);
     return LaunchRowKernel<T, kForwardPolicy>(
         what.c_str(), stream, rows, cols, aligned, SelectForwardKernel<kOutput, kMasked, T>{},
-        LaunchScratch{row_counter->typed_data()}, in, keep, out, rows, cols);
+        LaunchScratch{row_counter}, in, keep, out, rows, cols);
   });
 }
 

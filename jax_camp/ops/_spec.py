@@ -25,7 +25,7 @@ SUPPORTED_DTYPES: tuple[np.dtype, ...] = (
 # calls, so one exported against another convention fails to find them rather
 # than calling a handler with the wrong operands. Raise it whenever any
 # handler's operands, results or attributes change.
-FFI_VERSION = 1
+FFI_VERSION = 2
 
 # A where= mask as the kernels take it: bool, which XLA stores as one byte an element, 1 where
 # the element takes part; a user's bool mask reaches the kernels as it is.
@@ -60,8 +60,10 @@ class OpSpec:
         otherwise it has the operands' shape.
       combine_across_devices: how the blocks of rows split over devices make
         the whole rows' result; None for a kernel whose rows are never split.
-      scratch_results: extra outputs of the FFI call, for the kernel's own use
-        and dropped after it.
+      scratch_results: the extra outputs of the FFI call for operands of a
+        shape, for the kernel's own use and dropped after it (none by default).
+        Each is an allocation a call, so a kernel asks only for what that
+        shape needs.
       mask_operand: the last operand is a ``where=`` mask: ``MASK_DTYPE`` of the
         others' shape, true where an element takes part.
     """
@@ -72,7 +74,9 @@ class OpSpec:
     along_rows: bool = False
     drops_last_dim: bool = False
     combine_across_devices: CombineAcrossDevices | None = None
-    scratch_results: tuple[jax.ShapeDtypeStruct, ...] = ()
+    scratch_results: Callable[[tuple[int, ...]], tuple[jax.ShapeDtypeStruct, ...]] = (
+        lambda shape: ()
+    )
     mask_operand: bool = False
 
     @property

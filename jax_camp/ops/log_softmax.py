@@ -65,7 +65,7 @@ LOG_SOFTMAX = registration.register(OpSpec(
 # come out -inf.
 LOG_SOFTMAX_MASKED = registration.register(OpSpec(
     name="log_softmax_masked", arity=2, tilelang_module="log_softmax", along_rows=True,
-    mask_operand=True, scratch_results=SOFTMAX.scratch_results,
+    mask_operand=True,
     combine_across_devices=masked_across_devices(_log_softmax_across_devices, -jnp.inf),
 ))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable
 
 import jax
@@ -57,22 +58,27 @@ def masked_across_devices(combine, masked_value: float):
     return combine_masked
 
 
+def row_counter(shape: tuple[int, ...]) -> tuple[jax.ShapeDtypeStruct, ...]:
+    """The unmasked forward's scratch for operands of ``shape``: a row counter where the
+    long-row CUDA kernel's thread-block clusters may claim rows on one (RowCounter,
+    csrc/common/row_team.cuh), else none, since XLA allocates each result with its call.
+    Being the call's own, it is never shared by calls in flight at once."""
+    if registration.needs_row_counter(math.prod(shape[:-1]), shape[-1]):
+        return (jax.ShapeDtypeStruct((1,), jnp.uint32),)
+    return ()
+
+
 # The forward kernel normalizes each row of its operand's last dim.
 SOFTMAX = registration.register(OpSpec(
     name="softmax", arity=1, tilelang_module="softmax", along_rows=True,
-    combine_across_devices=_softmax_across_devices,
-    # A row counter, where the long-row CUDA kernel counts the rows its
-    # thread-block clusters claim (RowCounter, csrc/common/row_team.cuh).
-    # XLA allocates it with the call, so calls in flight at once never share one.
-    scratch_results=(jax.ShapeDtypeStruct((1,), jnp.uint32),),
+    combine_across_devices=_softmax_across_devices, scratch_results=row_counter,
 ))
 
 # The forward kernel with where='s mask: masked-out elements take no part in their row and
-# come out 0.
+# come out 0. Its kernels never claim rows, so it has no scratch.
 SOFTMAX_MASKED = registration.register(OpSpec(
     name="softmax_masked", arity=2, tilelang_module="softmax", along_rows=True, mask_operand=True,
     combine_across_devices=masked_across_devices(_softmax_across_devices, 0.0),
-    scratch_results=SOFTMAX.scratch_results,
 ))
 
 # The backward kernel: dx = y * (g - sum(g * y)) along each row, from the
