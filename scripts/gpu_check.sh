@@ -86,6 +86,11 @@ gpu_test_files() {
 #   the time of a test.
 # racecheck, the slowest by far, gets small shards, so that its slow tests
 # spread over all the processes rather than queueing in a few.
+# The tests that start a Python process of their own stay out of every tool's runs: the tools
+# follow only the process they started, and there such a test's child stalled until the
+# deadline (test_backends.py's, 2026-12-02). The kernels they run, other tests run.
+sanitize_deselect="--deselect tests/test_backends.py::test_require_backend_fails_where_a_backend_would_skip
+  --deselect tests/test_export.py::test_round_trip_in_a_fresh_process"
 declare -A tool_shard_tests=([memcheck]=40 [synccheck]=40 [initcheck]=40 [racecheck]=8)
 declare -A tool_flags=(
   [memcheck]=""
@@ -98,6 +103,7 @@ declare -A tool_pytest_flags=(
 )
 declare -A tool_xla_flags=([initcheck]="--xla_gpu_autotune_level=0" [racecheck]="--xla_gpu_autotune_level=0")
 
+# Test ids must hold no blanks: a shard's ids reach pytest split at blanks.
 shard_tests_of() {  # backend size: writes $out/sanitizer/shards-<size>/<backend>-<file>-<n>, one test id a line
   local backend=$1 size=$2 dir=$out/sanitizer/shards-$2
   mkdir -p "$dir"
@@ -139,8 +145,10 @@ sanitize() {  # tools...
     XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout $left \
       compute-sanitizer --tool $tool --target-processes application-only \
       --error-exitcode 9 --print-limit 20 $2 \
-      '"$pytest"' --durations=3 $4 --backend $backend $(cat $5/$shard) >$log 2>&1
-    echo "exit $?" >>$log'
+      '"$pytest"' --durations=3 '"$(echo $sanitize_deselect)"' $4 --backend $backend \
+      $(cat $5/$shard) >$log 2>&1
+    status=$?
+    printf "\nexit %s\n" $status >>$log'
   local failed=0
   for tool in "$@"; do
     for backend in cuda tilelang; do

@@ -52,7 +52,7 @@ def _program(backend):
     return f
 
 
-@pytest.mark.parametrize("platforms", [None, ("cpu", "cuda")], ids=["this platform", "cpu+cuda"])
+@pytest.mark.parametrize("platforms", [None, ("cpu", "cuda")], ids=["this-platform", "cpu+cuda"])
 def test_round_trip_in_a_fresh_process(platforms, backend, tmp_path):
     if backend == "tilelang":
         pytest.skip("TileLang's targets are compiled per process (test_tilelang_targets_do_not_export)")
