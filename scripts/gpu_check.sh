@@ -103,7 +103,6 @@ declare -A tool_pytest_flags=(
 )
 declare -A tool_xla_flags=([initcheck]="--xla_gpu_autotune_level=0" [racecheck]="--xla_gpu_autotune_level=0")
 
-# Test ids must hold no blanks: a shard's ids reach pytest split at blanks.
 shard_tests_of() {  # backend size: writes $out/sanitizer/shards-<size>/<backend>-<file>-<n>, one test id a line
   local backend=$1 size=$2 dir=$out/sanitizer/shards-$2
   mkdir -p "$dir"
@@ -142,11 +141,12 @@ sanitize() {  # tools...
     # An XLA_FLAGS of blanks alone stops jax at import, silently.
     xla_flags=$(echo ${XLA_FLAGS:-} $3)
     if [ -n "$xla_flags" ]; then export XLA_FLAGS=$xla_flags; fi
+    mapfile -t tests <"$5/$shard"  # one id a line; an id may hold blanks
     XLA_PYTHON_CLIENT_ALLOCATOR=platform timeout $left \
       compute-sanitizer --tool $tool --target-processes application-only \
       --error-exitcode 9 --print-limit 20 $2 \
       '"$pytest"' --durations=3 '"$(echo $sanitize_deselect)"' $4 --backend $backend \
-      $(cat $5/$shard) >$log 2>&1
+      "${tests[@]}" >$log 2>&1
     status=$?
     printf "\nexit %s\n" $status >>$log'
   local failed=0
