@@ -11,12 +11,14 @@
 #
 # With no arguments it runs build cuda tilelang sanitize; sanitize is the four
 # tools. A later call's steps find the package the first installed while the
-# machine stays up, and build it again if it did not. Each step but sanitize
-# is meant to fit one 10-minute device call: build, cuda and tilelang (the
-# two suites run at once) fit one; memcheck, synccheck and initcheck fit one
-# together, racecheck (the slowest) wants one of its own.
+# machine stays up, and build it again if it did not. Each step is meant to
+# fit one 10-minute device call: build; cuda and tilelang (the two suites run
+# at once); memcheck, synccheck and initcheck together; racecheck, the slowest,
+# wants a call a backend (GPU_CHECK_SANITIZE_BACKENDS below).
 # GPU_CHECK_SANITIZE_SECONDS bounds the sanitizer steps together: shards not
-# done by then are reported unfinished.
+# done by then are reported unfinished. GPU_CHECK_SANITIZE_BACKENDS (default
+# "cuda tilelang") names the backends whose tests they run, so that a tool too
+# slow for one call can take one call a backend.
 # Logs go to $OUT (the device tool's output folder) or /tmp/jax_camp_gpu.
 # TileLang comes from .device/ (see ../shared/device/README.md): start with
 # `source .device/setup.sh && scripts/gpu_check.sh ...`.
@@ -116,13 +118,15 @@ shard_tests_of() {  # backend size: writes $out/sanitizer/shards-<size>/<backend
     }'
 }
 
+sanitize_backends=${GPU_CHECK_SANITIZE_BACKENDS:-cuda tilelang}
+
 sanitize() {  # tools...
   rm -rf "$out/sanitizer"
   mkdir -p "$out/sanitizer"
   for tool in "$@"; do
     local size=${tool_shard_tests[$tool]}
     [ -d "$out/sanitizer/shards-$size" ] ||
-      for backend in cuda tilelang; do shard_tests_of $backend "$size"; done
+      for backend in $sanitize_backends; do shard_tests_of $backend "$size"; done
   done
   # Shards past the deadline (GPU_CHECK_SANITIZE_SECONDS from the step's start,
   # if set) are not started, or are stopped: their logs say "exit skipped" or 124.
@@ -151,7 +155,7 @@ sanitize() {  # tools...
     printf "\nexit %s\n" $status >>$log'
   local failed=0
   for tool in "$@"; do
-    for backend in cuda tilelang; do
+    for backend in $sanitize_backends; do
       local logs=("$out"/sanitizer/$tool-$backend-*.log)
       local errors passed skipped exits unfinished
       errors=$(grep -ho "ERROR SUMMARY: [0-9]* error\|RACECHECK SUMMARY: [0-9]* hazard" "${logs[@]}" |
