@@ -55,12 +55,12 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxCpu, jax_camp::log_softmax::LogSo
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxMaskedCpu,
                               jax_camp::log_softmax::LogSoftmaxMaskedCpu,
-                              jax_camp::softmax::MaskedForwardCpuBinding());
+                              jax_camp::softmax::TwoOperandCpuBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxBackwardCpu,
                               jax_camp::log_softmax::LogSoftmaxBackwardCpu,
-                              jax_camp::softmax::BackwardCpuBinding());
+                              jax_camp::softmax::TwoOperandCpuBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxTangentCpu,
                               jax_camp::log_softmax::LogSoftmaxTangentCpu,
-                              jax_camp::softmax::BackwardCpuBinding());
+                              jax_camp::softmax::TwoOperandCpuBinding());

@@ -43,15 +43,15 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxCuda, jax_camp::log_softmax::LogS
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxMaskedCuda,
                               jax_camp::log_softmax::LogSoftmaxMaskedCuda,
-                              jax_camp::softmax::MaskedForwardCudaBinding(),
+                              jax_camp::softmax::TwoOperandCudaBinding(),
                               {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxBackwardCuda,
                               jax_camp::log_softmax::LogSoftmaxBackwardCuda,
-                              jax_camp::softmax::BackwardCudaBinding(),
+                              jax_camp::softmax::TwoOperandCudaBinding(),
                               {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampLogSoftmaxTangentCuda,
                               jax_camp::log_softmax::LogSoftmaxTangentCuda,
-                              jax_camp::softmax::BackwardCudaBinding(),
+                              jax_camp::softmax::TwoOperandCudaBinding(),
                               {xla::ffi::Traits::kCmdBufferCompatible});

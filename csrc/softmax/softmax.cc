@@ -35,7 +35,7 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxCpu, jax_camp::softmax::SoftmaxForwa
                               jax_camp::softmax::ForwardCpuBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxMaskedCpu, jax_camp::softmax::SoftmaxMaskedCpu,
-                              jax_camp::softmax::MaskedForwardCpuBinding());
+                              jax_camp::softmax::TwoOperandCpuBinding());
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxBackwardCpu, jax_camp::softmax::SoftmaxBackwardCpu,
-                              jax_camp::softmax::BackwardCpuBinding());
+                              jax_camp::softmax::TwoOperandCpuBinding());

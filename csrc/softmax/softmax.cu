@@ -32,9 +32,9 @@ XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxCuda, jax_camp::softmax::SoftmaxForw
                               {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxMaskedCuda, jax_camp::softmax::SoftmaxMaskedCuda,
-                              jax_camp::softmax::MaskedForwardCudaBinding(),
+                              jax_camp::softmax::TwoOperandCudaBinding(),
                               {xla::ffi::Traits::kCmdBufferCompatible});
 
 XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampSoftmaxBackwardCuda, jax_camp::softmax::SoftmaxBackwardCuda,
-                              jax_camp::softmax::BackwardCudaBinding(),
+                              jax_camp::softmax::TwoOperandCudaBinding(),
                               {xla::ffi::Traits::kCmdBufferCompatible});

@@ -98,11 +98,9 @@ ffi::Error BackwardCpu(const char* op, ffi::AnyBuffer y, ffi::AnyBuffer g,
 inline auto ForwardCpuBinding() {
   return ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>().RemainingRets();
 }
-// The forward with where=: x, then its mask.
-inline auto MaskedForwardCpuBinding() {
-  return ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>();
-}
-inline auto BackwardCpuBinding() {
+// Two operands, one result: the forward with where= (x, then its mask) and the
+// backward (y, then g).
+inline auto TwoOperandCpuBinding() {
   return ffi::Ffi::Bind().Arg<ffi::AnyBuffer>().Arg<ffi::AnyBuffer>().Ret<ffi::AnyBuffer>();
 }
 

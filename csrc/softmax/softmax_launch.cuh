@@ -47,8 +47,9 @@ struct SelectBackwardKernel {
   }
 };
 
-// The FFI bindings of ForwardCuda's and BackwardCuda's handlers. The forward's
-// scratch results are its row counter, where the call brings one (OptionalRowCounter).
+// The FFI bindings of ForwardCuda's and BackwardCuda's handlers. The unmasked
+// forward's scratch results are its row counter, where the call brings one
+// (OptionalRowCounter).
 inline auto ForwardCudaBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
@@ -56,16 +57,10 @@ inline auto ForwardCudaBinding() {
       .Ret<ffi::AnyBuffer>()
       .RemainingRets();
 }
-// The forward with where=: x, then its mask. Its kernels never claim rows (they do
-// not prefetch), so it has no row counter.
-inline auto MaskedForwardCudaBinding() {
-  return ffi::Ffi::Bind()
-      .Ctx<ffi::PlatformStream<cudaStream_t>>()
-      .Arg<ffi::AnyBuffer>()
-      .Arg<ffi::AnyBuffer>()
-      .Ret<ffi::AnyBuffer>();
-}
-inline auto BackwardCudaBinding() {
+// Two operands, one result: the forward with where= (x, then its mask; its kernels
+// never claim rows, as they do not prefetch, so it has no row counter) and the
+// backward (y, then g).
+inline auto TwoOperandCudaBinding() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
       .Arg<ffi::AnyBuffer>()
