@@ -472,25 +472,6 @@ def test_plans_prefetch_in_clusters_of_8_or_more_large_blocks(plan, kernel, cols
     assert not prefetches or (p["cluster"] >= 8 and p["threads"] == 512)
 
 
-@pytest.mark.parametrize("sm_count", [16, 132, 264])
-@pytest.mark.parametrize("item_bytes", [2, 4])
-@pytest.mark.parametrize("cols", [128, 32768, 32769, 40_000, 131_072, 150_000, 262144, 600_000])
-@pytest.mark.parametrize("rows", [1, 16, 17, 640, 65536])
-def test_forward_calls_bring_a_row_counter_wherever_their_kernel_may_claim_rows(
-        rows, cols, item_bytes, sm_count):
-    """The launcher claims rows only with prefetching clusters of more than
-    kMinRowsPerClaimingCluster (16) rows each, and only where the call brought a row counter
-    (needs_row_counter, from the shape alone): every such plan, on any number of SMs, must
-    find one. Rows that one block holds never bring it, as each result costs the host an
-    allocation a call."""
-    p = _kernels.row_plan("softmax", rows, cols, item_bytes, sm_count=sm_count)
-    needs = _kernels.needs_row_counter(rows, cols)
-    if p["prefetches"] and rows > 16:
-        assert needs, p
-    if cols <= 32768 or rows <= 16:
-        assert not needs
-
-
 @pytest.mark.parametrize("packs,expected", [
     (0, "1"), (1, "1"), (256, "1"), (257, "2"),
     ((2**31 - 1) * 256, str(2**31 - 1)),

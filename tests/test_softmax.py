@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,7 @@ import pytest
 from jax.test_util import check_grads
 
 import jax_camp
+from jax_camp import _kernels
 from jax_camp.ops.softmax import SOFTMAX, SOFTMAX_MASKED
 from helpers import (DTYPES, RowOp, assert_close, check_derivative, check_values, f64, hlo_text,
                      kernel_paths_missed, on_this_machine, random_mask, random_normal,
@@ -414,7 +416,7 @@ def test_forward_brings_a_row_counter_only_where_its_kernel_may_claim_rows(op, b
                                                                           counter):
     """Each result of a custom call is an allocation a call costs the host, so the row counter
     that long rows' cluster kernels claim rows on comes only with shapes that may have them
-    (every shape that does is checked against the planner in test_launch_policy.py); where=
+    (every shape that does is checked against the planner below); where=
     runs kernels that never claim rows, so its call has no counter at all."""
     if backend in ("xla", "tilelang"):
         pytest.skip("the row counter is the CUDA and host kernels' scratch")
@@ -425,6 +427,25 @@ def test_forward_brings_a_row_counter_only_where_its_kernel_may_claim_rows(op, b
     for text, expected in ((forward, counter), (masked, False)):
         call, = [line for line in text.splitlines() if "custom_call @" in line]
         assert ("tensor<1xui32>" in call) == expected, call
+
+
+def test_forward_calls_bring_a_row_counter_wherever_their_kernel_may_claim_rows():
+    """The launcher claims rows only with prefetching clusters of more than
+    kMinRowsPerClaimingCluster (16) rows each, and only where the call brought a row counter
+    (needs_row_counter, from the shape alone): every such plan, on any number of SMs, must
+    find one. Rows that one block holds never bring it, as each result costs the host an
+    allocation a call. Host code: one test over the grid, not one a case, as every --backend
+    run and sanitizer run takes this file."""
+    for rows, cols, item_bytes, sm_count in itertools.product(
+            [1, 16, 17, 640, 65536], [128, 32768, 32769, 40_000, 131_072, 150_000, 262144, 600_000],
+            [2, 4], [16, 132, 264]):
+        p = _kernels.row_plan("softmax", rows, cols, item_bytes, sm_count=sm_count)
+        needs = _kernels.needs_row_counter(rows, cols)
+        case = (rows, cols, item_bytes, sm_count, p)
+        if p["prefetches"] and rows > 16:
+            assert needs, case
+        if cols <= 32768 or rows <= 16:
+            assert not needs, case
 
 
 def test_rejects_a_where_that_does_not_broadcast_or_is_not_boolean(backend):
