@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jax_camp.ops._spec import SUPPORTED_DTYPES, OpSpec
+from jax_camp.tilelang_kernels._rows import all_tiles, row_tile
 
 # The scalar types, whose names ("float32", ...) become the test ids.
 DTYPES = tuple(dtype.type for dtype in SUPPORTED_DTYPES)
@@ -180,6 +181,13 @@ def _kernel_path(plan: dict) -> tuple[str, bool, bool]:
         team = ("warp lanes" if plan["lanes"] <= 32
                 else "shared block" if plan["lanes"] < plan["threads"] else "block")
     return team, plan["pack"] > 1, plan["prefetches"]
+
+
+def tilelang_tiles_missed(shapes) -> set[tuple[str, str]]:
+    """The (dtype, tile) configurations of a TileLang row kernel (``_rows.all_tiles``) that
+    none of ``shapes`` reaches, so that a GPU run with --backend tilelang runs each one."""
+    every = {(d.name, t.name) for d in SUPPORTED_DTYPES for t in all_tiles(d.name)}
+    return every - {(d.name, row_tile(s[-1], d.name).name) for d in SUPPORTED_DTYPES for s in shapes}
 
 
 def kernel_paths_missed(kernel: str, item_bytes: int, shapes) -> set[tuple[str, bool, bool]]:

@@ -12,13 +12,13 @@ from jax.test_util import check_grads
 
 import jax_camp
 from helpers import (DTYPES, assert_close, f64, hlo_text, kernel_paths_missed, on_this_machine,
-                     random_normal, sum_scale)
+                     random_normal, sum_scale, tilelang_tiles_missed)
 
 # Without a GPU the value tests take the smaller ones (on_this_machine).
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
-    (3, 5, 64), (70000, 3), (5, 8), (4, 3000),  # 1 and 8 packs a thread
+    (3, 5, 64), (70000, 3), (5, 8), (3, 384), (4, 3000),  # 1 and 8 packs a thread
     (3, 16_384), (3, 20_000),  # a block a row: 16-bit rows of 256 and 512 lanes
     (3, 40_000), (3, 40_001), (2, 65_544),  # past one chunk a thread: streamed
     # Many short rows: the policy's warp lanes and chunks, which few rows grow out of.
@@ -49,6 +49,13 @@ def test_shapes_reach_every_kernel_path(item_bytes):
     """SHAPES and test_long_rows' shape reach every path the CUDA launcher can plan for
     reduce_sum (kernel_paths_missed), so that the GPU runs run each one."""
     missed = kernel_paths_missed("reduce_sum", item_bytes, SHAPES + [LONG_ROWS])
+    assert not missed, f"no test shape reaches {sorted(missed)}"
+
+
+def test_shapes_reach_every_tilelang_tile():
+    """SHAPES and test_long_rows' shape reach every tile of the TileLang kernel, in every
+    dtype, so that a GPU run with --backend tilelang compiles and runs each one."""
+    missed = tilelang_tiles_missed(SHAPES + [LONG_ROWS])
     assert not missed, f"no test shape reaches {sorted(missed)}"
 
 

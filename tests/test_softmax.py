@@ -15,7 +15,7 @@ import jax_camp
 from jax_camp import _kernels
 from jax_camp.ops.softmax import SOFTMAX, SOFTMAX_MASKED
 from helpers import (DTYPES, RowOp, assert_close, check_derivative, check_values, f64, hlo_text,
-                     kernel_paths_missed, on_this_machine, random_mask, random_normal,
+                     kernel_paths_missed, on_this_machine, tilelang_tiles_missed, random_mask, random_normal,
                      softmax_reference)
 
 # The camp's shapes, unaligned and odd sizes, one column, grids of few rows
@@ -25,7 +25,7 @@ from helpers import (DTYPES, RowOp, assert_close, check_derivative, check_values
 SHAPES = [
     (1, 128), (16, 128), (16, 256), (32, 128), (1024,), (1536,), (5, 8),
     (3, 127), (5, 255), (7, 513), (33, 1), (4, 1025), (2, 4099),
-    (3, 5, 64), (70000, 3), (4, 3000), (3, 5000), (3, 12_000), (3, 20_000),
+    (3, 5, 64), (70000, 3), (3, 384), (4, 3000), (3, 5000), (3, 12_000), (3, 20_000),
     (3, 40_000), (3, 40_001), (2, 65_544), (2, 200_000), (2, 300_000), (2, 600_000),
     (2, 70_001), (3, 3001), (3, 9001), (3, 17_001), (40, 150_000), (24, 300_000),
     (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (4096, 1536),
@@ -41,6 +41,13 @@ def test_shapes_reach_every_kernel_path(kernel, item_bytes):
     """SHAPES and test_long_rows' shape reach every path the CUDA launcher can plan for the
     forward and the backward (kernel_paths_missed), so that the GPU runs run each one."""
     missed = kernel_paths_missed(kernel, item_bytes, SHAPES + [LONG_ROWS])
+    assert not missed, f"no test shape reaches {sorted(missed)}"
+
+
+def test_shapes_reach_every_tilelang_tile():
+    """SHAPES and test_long_rows' shape reach every tile of the TileLang row kernels, in
+    every dtype, so that a GPU run with --backend tilelang compiles and runs each one."""
+    missed = tilelang_tiles_missed(SHAPES + [LONG_ROWS])
     assert not missed, f"no test shape reaches {sorted(missed)}"
 
 

@@ -4,9 +4,11 @@ Runs in CI (a CPU machine with the tilelang extra installed); skips where
 TileLang is not installed. With nvcc present (TileLang looks in CUDA_HOME,
 then /usr/local/cuda) each kernel goes through the same ``tilelang.compile``
 the bridge uses, down to a cubin; without it, through code generation to CUDA
-source. Either way the CUDA source is checked: the copy and vector_add
-kernels must move their full tiles with 128-bit vector loads and stores, and
-the row kernels, on 16-byte aligned rows, load their operands 128 bits at a time.
+source. Every configuration the bridge can pick is compiled: each row kernel
+by every tile of ``_rows.all_tiles``. Either way the CUDA source is checked:
+the copy and vector_add kernels must move their full tiles with 128-bit vector
+loads and stores, and the row kernels, on 16-byte aligned rows (every resident
+tile), load their operands 128 bits at a time.
 """
 
 from __future__ import annotations
@@ -28,18 +30,22 @@ from tvm.target import Target  # noqa: E402
 from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
+from jax_camp.tilelang_kernels._rows import (  # noqa: E402
+    ITEMSIZE, RESIDENT_LIMIT, RowTile, all_tiles, long_row_tile, row_tile, short_unaligned_tile,
+    thread_and_slot,
+)
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 DTYPES = tuple(dtype.name for dtype in SUPPORTED_DTYPES)
-# (op, aligned) pairs the bridge can ask for: the row kernels come in a
-# 16-byte-aligned-rows variant and a general one.
-VARIANTS = [
-    (op, aligned)
+# (op, dtype, tile) triples the bridge can ask for: a row kernel by each of its tiles, a flat
+# kernel by none.
+CASES = [
+    (op, dtype, tile)
     for op, kernel in bridge.OPS.items()
-    for aligned in ((False, True) if kernel.spec.along_rows else (False,))
+    for dtype in DTYPES
+    for tile in (all_tiles(dtype) if kernel.spec.along_rows else (None,))
 ]
-CASES = [(op, dtype, aligned) for op, aligned in VARIANTS for dtype in DTYPES]
-ROW_CASES = [(op, dtype) for op, dtype, aligned in CASES if aligned]
+ROW_CASES = [case for case in CASES if case[2] is not None and case[2].aligned]
 # A 128-bit access in TileLang's CUDA is a global buffer offset cast to one of
 # the 16-byte vector types: read on the right of "=", written on its left.
 _VEC128 = r"\*\((?:uint4|int4|float4|ulonglong2|longlong2|double2)\*\)\({buf} \+"
@@ -62,17 +68,17 @@ def _source(program) -> str:
 
 
 @pytest.fixture(scope="module")
-def programs() -> dict[tuple[str, str, bool], tirx.PrimFunc]:
+def programs() -> dict[tuple[str, str, RowTile | None], tirx.PrimFunc]:
     # Built one at a time: TileLang's builder is not thread-safe.
     return {case: bridge.build_program(*case) for case in CASES}
 
 
 @pytest.fixture(scope="module")
-def sources(request, programs) -> dict[tuple[str, str, bool], concurrent.futures.Future]:
+def sources(request, programs) -> dict[tuple[str, str, RowTile | None], concurrent.futures.Future]:
     # Lowering releases the GIL and nvcc runs in a subprocess, so the
     # compiles overlap on a machine with cores to spare. Without TileLang's
-    # disk cache they take about a minute on two cores: a line every
-    # PROGRESS_S seconds says how far they are.
+    # disk cache they take minutes on two cores: a line every PROGRESS_S
+    # seconds says how far they are.
     start = time.monotonic()
     progress(request.config, f"test_tilelang_compile: compiling {len(CASES)} TileLang kernels for sm_90")
     workers = min(len(CASES), os.cpu_count() or 1)
@@ -86,9 +92,14 @@ def sources(request, programs) -> dict[tuple[str, str, bool], concurrent.futures
     return futures
 
 
-@pytest.mark.parametrize("op, dtype, aligned", CASES)
-def test_compiles_for_sm90(sources, op: str, dtype: str, aligned: bool) -> None:
-    source = sources[(op, dtype, aligned)].result()
+def _case_id(case) -> str:
+    op, dtype, tile = case
+    return f"{op}-{dtype}" + (f"-{tile.name}" if tile else "")
+
+
+@pytest.mark.parametrize("op, dtype, tile", CASES, ids=map(_case_id, CASES))
+def test_compiles_for_sm90(sources, op: str, dtype: str, tile: RowTile | None) -> None:
+    source = sources[(op, dtype, tile)].result()
     assert re.search(rf"__global__ void .*\b{op}_kernel\(", source), source[:2000]
 
 
@@ -97,7 +108,7 @@ def test_compiles_for_sm90(sources, op: str, dtype: str, aligned: bool) -> None:
 def test_elementwise_kernels_use_128_bit_vectors(
     sources, op: str, inputs: str, output: str, dtype: str
 ) -> None:
-    source = sources[(op, dtype, False)].result()
+    source = sources[(op, dtype, None)].result()
     for buf in inputs:
         assert re.search(LOAD_128.format(buf=buf), source), (
             f"no 128-bit load from {buf} in the {op} {dtype} kernel:\n{source}"
@@ -107,23 +118,70 @@ def test_elementwise_kernels_use_128_bit_vectors(
     )
 
 
-@pytest.mark.parametrize("op, dtype", ROW_CASES)
-def test_aligned_row_kernels_load_128_bit_vectors(programs, sources, op: str, dtype: str) -> None:
-    """On 16-byte aligned rows each operand of x's dtype comes in 128 bits a load; a
-    where= mask, a byte an element, comes in narrower vectors and is not checked."""
-    program, source = programs[(op, dtype, True)], sources[(op, dtype, True)].result()
+@pytest.mark.parametrize("op, dtype, tile", ROW_CASES, ids=map(_case_id, ROW_CASES))
+def test_aligned_row_kernels_load_128_bit_vectors(
+    programs, sources, op: str, dtype: str, tile: RowTile
+) -> None:
+    """On 16-byte aligned rows each operand of x's dtype comes in 128 bits a load, and a
+    result of rows goes out 128 bits a store; a where= mask, a byte an element, comes in
+    narrower vectors and is not checked, nor reduce_sum's result, a value a row."""
+    case = (op, dtype, tile)
+    program, source = programs[case], sources[case].result()
     spec = bridge.OPS[op].spec
     for param in program.params[: spec.arity - spec.mask_operand]:
         buf = program.buffer_map[param].name
         assert re.search(LOAD_128.format(buf=buf), source), (
-            f"no 128-bit load from {buf} in the aligned {op} {dtype} kernel:\n{source}"
+            f"no 128-bit load from {buf} in the aligned {op} {dtype} {tile.name} kernel:\n{source}"
+        )
+    if not spec.drops_last_dim:
+        buf = program.buffer_map[program.params[spec.arity]].name
+        assert re.search(STORE_128.format(buf=buf), source, re.M), (
+            f"no 128-bit store to {buf} in the aligned {op} {dtype} {tile.name} kernel:\n{source}"
         )
 
 
 def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:
     """The aligned variant really is one: T.assume changes the generated code."""
-    general = sources[("reduce_sum", "float16", False)].result()
-    aligned = sources[("reduce_sum", "float16", True)].result()
+    general = sources[("reduce_sum", "float16", long_row_tile("float16", False))].result()
+    aligned = sources[("reduce_sum", "float16", long_row_tile("float16", True))].result()
     assert general != aligned
     assert re.search(LOAD_128.format(buf="X"), aligned)
     assert not re.search(LOAD_128.format(buf="X"), general)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_that_fit_are_resident(dtype: str) -> None:
+    """Aligned rows up to RESIDENT_LIMIT are held by a tile as wide as the next power of two;
+    longer rows are streamed a block a row, shorter unaligned ones a warp a row; every tile
+    picked is one of all_tiles."""
+    vec = 16 // ITEMSIZE[dtype]
+    for n in range(vec, 2 * RESIDENT_LIMIT, vec):
+        tile = row_tile(n, dtype)
+        assert tile in all_tiles(dtype)
+        if n <= RESIDENT_LIMIT:
+            assert tile.resident and tile.cols >= n and (tile.cols // 2 < n or tile.cols == 128)
+        else:
+            assert tile == long_row_tile(dtype, True)
+    for n in (1, 3, vec + 1, 1025, RESIDENT_LIMIT - 1):
+        assert row_tile(n, dtype) == short_unaligned_tile(dtype)
+    assert row_tile(RESIDENT_LIMIT + 1, dtype) == long_row_tile(dtype, False)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_layout_gives_each_element_its_own_register(dtype: str) -> None:
+    """row_layout's map puts every element of every tile in a distinct (thread, slot),
+    fills each thread's slots evenly, and gives a thread's 16-byte run one vector's
+    consecutive slots, so a run loads with one 128-bit access."""
+    vec = 16 // ITEMSIZE[dtype]
+    for tile in all_tiles(dtype):
+        places = {}
+        for i in range(tile.rows):
+            for j in range(tile.cols):
+                places[(i, j)] = thread_and_slot(tile, dtype, i, j)
+        assert len(set(places.values())) == tile.rows * tile.cols, tile
+        slots = tile.rows * tile.cols // tile.threads
+        assert {thread for thread, _ in places.values()} == set(range(tile.threads)), tile
+        assert {slot for _, slot in places.values()} == set(range(slots)), tile
+        for (i, j), (thread, slot) in places.items():
+            first_thread, first_slot = places[(i, j - j % vec)]
+            assert (thread, slot) == (first_thread, first_slot + j % vec), tile

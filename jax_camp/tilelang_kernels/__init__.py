@@ -5,13 +5,15 @@ One module per op, each a tile program readable on its own:
 * ``copy``: global -> register tile -> global, with ``T.copy``.
 * ``vector_add``: element-wise add in a ``T.Parallel`` loop.
 * ``reduce_sum``: ``T.Serial`` over column tiles, ``T.reduce_sum`` at the end.
-* ``softmax``: online softmax (two passes, rolling log-sum-exp in exp2/log2),
-  with where='s mask or without, and its backward, each written once as a
-  builder of element formulas.
+* ``softmax``: a row held in registers (max, sum, write) or streamed (online
+  softmax, a rolling log-sum-exp in exp2/log2), with where='s mask or without,
+  and its backward, each written once as a builder of element formulas.
 * ``log_softmax``: softmax's programs with its own formulas: the forward
   (masked or not), its backward and its forward-mode tangent.
 
-``bridge`` compiles them and runs them on JAX's buffers inside ``jax.jit``.
-Importing this package needs nothing; importing ``bridge`` or a kernel module
-needs ``pip install .[tilelang]``.
+``_rows`` says how a row kernel's blocks cover its rows, by the row length (the
+tiles: one configuration, one compile, each), and ``bridge`` compiles them and
+runs them on JAX's buffers inside ``jax.jit``. Importing this package or
+``_rows`` needs nothing; importing ``bridge`` or a kernel module needs
+``pip install .[tilelang]``.
 """

@@ -1,23 +1,46 @@
-"""The tile shape shared by the row kernels (reduce_sum, softmax).
+"""How the row kernels (reduce_sum, softmax, log_softmax) cover their rows: one RowTile a compile.
 
-A block owns ROWS rows and walks along them COLUMNS(dtype) columns at a time.
-With 128 threads and 4 rows TileLang gives each row one warp, and a tile row
-is 32 lanes x 2 vectors of 16 bytes.
+A block owns ``rows`` rows and takes them ``cols`` columns, one tile, at a time. The bridge
+picks the tile from the row length N when it traces a call (``row_tile``), so each tile shape
+is one compile, which serves every N it is picked for:
 
-``aligned`` is a compile-time promise that every row starts on a 16-byte
-boundary (N * itemsize % 16 == 0), made through ``T.assume``: with it TileLang
-masks whole vectors at the row end and loads 128 bits at a time; without it
-a dynamic N could put a row start anywhere, so it loads element by element
-(still coalesced). The bridge knows N when it traces the call and picks the
-matching compile, so the promise is never broken.
+- **Resident** rows, N up to RESIDENT_LIMIT on 16-byte aligned rows: the tile is as wide as
+  the row (the power of two at or above N, at least MIN_RESIDENT_COLS), so a block reads a row
+  from memory once and keeps it in registers for every pass a kernel makes. Each thread holds
+  a few 16-byte vectors of it: short rows give a block up to 8 rows, long ones more threads.
+- **Long** rows, past RESIDENT_LIMIT: a block of LONG_ROW_THREADS threads a row, walked in
+  tiles of 2 vectors of 16 bytes a thread; a kernel that needs a second pass reads the row
+  again.
+- **Short unaligned** rows: 4 rows a block of 128 threads, a warp a row, walked in tiles of a
+  warp's 32 lanes x 2 vectors, with element-wise loads.
+
+``aligned`` is a compile-time promise that every row starts on a 16-byte boundary
+(N * itemsize % 16 == 0), made through ``T.assume``: with it TileLang masks whole vectors at
+the row end and loads 128 bits at a time; without it a dynamic N could put a row start
+anywhere, so it loads element by element (still coalesced). The bridge knows N when it traces
+the call, so the promise is never broken.
 """
 
 from __future__ import annotations
 
-THREADS = 128
-ROWS = 4
+from typing import NamedTuple
+
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
 ACCUM = "float32"
+
+MIN_RESIDENT_COLS = 128
+RESIDENT_LIMIT = 16384
+LONG_ROW_THREADS = 512
+SHORT_ROWS, SHORT_ROW_THREADS = 4, 128
+
+# How a resident tile spreads its rows over threads: each thread holds up to
+# VECTORS_PER_THREAD 16-byte vectors of a row (MORE_VECTORS_PER_THREAD from
+# MORE_VECTORS_FROM_COLS columns on, so that a long row takes fewer threads), a block
+# has at least MIN_THREADS threads and holds at most MAX_ROWS rows.
+VECTORS_PER_THREAD = 2
+MORE_VECTORS_PER_THREAD, MORE_VECTORS_FROM_COLS = 4, 8192
+MIN_THREADS = 128
+MAX_ROWS = 8
 
 
 def vector_elements(dtype: str) -> int:
@@ -25,39 +48,115 @@ def vector_elements(dtype: str) -> int:
     return 16 // ITEMSIZE[dtype]
 
 
-def columns(dtype: str) -> int:
-    """Columns of one tile: a warp's 32 lanes x 2 vectors each."""
-    return 32 * 2 * vector_elements(dtype)
-
-
 def is_aligned(n: int, dtype: str) -> bool:
     """Whether rows of n elements all start on a 16-byte boundary."""
     return n % vector_elements(dtype) == 0
 
 
-def row_tiles(cols: int, *dtypes: str) -> tuple:
-    """A (ROWS, cols) fragment of each of ``dtypes``, in order: a row kernel's tiles, one value
-    of each an element, allocated inside its tile program."""
+class RowTile(NamedTuple):
+    """One configuration of a row kernel: its block covers ``rows`` x ``cols`` at a time."""
+
+    rows: int
+    cols: int
+    threads: int
+    resident: bool  # a row is one tile: read once, kept in registers
+    aligned: bool   # rows start on 16-byte boundaries
+
+    @property
+    def name(self) -> str:
+        """The configuration in an FFI target's name, e.g. "resident_32x128_128t"."""
+        kind = "resident" if self.resident else "streamed"
+        alignment = "" if self.resident or not self.aligned else "_aligned"
+        return f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}"
+
+
+def streamed_tile(dtype: str, aligned: bool, threads: int, rows: int) -> RowTile:
+    """Rows walked a tile at a time, each thread 2 vectors of 16 bytes a tile."""
+    return RowTile(rows, threads // rows * 2 * vector_elements(dtype), threads, False, aligned)
+
+
+def long_row_tile(dtype: str, aligned: bool) -> RowTile:
+    """A row past RESIDENT_LIMIT: a block a row."""
+    return streamed_tile(dtype, aligned, LONG_ROW_THREADS, 1)
+
+
+def short_unaligned_tile(dtype: str) -> RowTile:
+    """Short rows that do not start on 16-byte boundaries: a warp a row."""
+    return streamed_tile(dtype, False, SHORT_ROW_THREADS, SHORT_ROWS)
+
+
+def resident_tile(cols: int, dtype: str) -> RowTile:
+    """Rows of up to ``cols`` (a power of two) of ``dtype`` held in registers."""
+    row_vectors = cols // vector_elements(dtype)
+    per_thread = MORE_VECTORS_PER_THREAD if cols >= MORE_VECTORS_FROM_COLS else VECTORS_PER_THREAD
+    threads = max(MIN_THREADS, row_vectors // per_thread)
+    rows = min(MAX_ROWS, max(1, threads * per_thread // row_vectors))
+    return RowTile(rows, cols, threads, True, True)
+
+
+def resident_widths() -> tuple[int, ...]:
+    """Every resident tile width, MIN_RESIDENT_COLS to RESIDENT_LIMIT."""
+    widths, cols = [], MIN_RESIDENT_COLS
+    while cols <= RESIDENT_LIMIT:
+        widths.append(cols)
+        cols *= 2
+    return tuple(widths)
+
+
+def row_tile(n: int, dtype: str) -> RowTile:
+    """The tile for rows of ``n`` elements of ``dtype``: resident where it can be."""
+    aligned = is_aligned(n, dtype)
+    if n > RESIDENT_LIMIT:
+        return long_row_tile(dtype, aligned)
+    if not aligned:
+        return short_unaligned_tile(dtype)
+    return resident_tile(max(MIN_RESIDENT_COLS, 1 << (n - 1).bit_length()), dtype)
+
+
+def all_tiles(dtype: str) -> tuple[RowTile, ...]:
+    """Every tile ``row_tile`` can pick for ``dtype``: what a compile of every configuration
+    compiles."""
+    return (short_unaligned_tile(dtype), long_row_tile(dtype, False), long_row_tile(dtype, True),
+            *(resident_tile(cols, dtype) for cols in resident_widths()))
+
+
+def row_tiles(tile: RowTile, *dtypes: str) -> tuple:
+    """A (rows, cols) fragment of each of ``dtypes``, in order, in ``row_layout``: a row
+    kernel's tiles, one value of each an element, allocated inside its tile program."""
     import tilelang.language as T
 
-    return tuple(T.alloc_fragment((ROWS, cols), dtype) for dtype in dtypes)
+    shape = (tile.rows, tile.cols)
+    return tuple(T.alloc_fragment(shape, dtype) for dtype in dtypes)
 
 
-def warp_per_row_layout(dtype: str):
-    """Tile fragment layout: warp i holds tile row i, each lane 16-byte runs.
+def row_layout(tile: RowTile, dtype: str):
+    """Tile fragment layout: each row spread over a group of neighbouring threads in 16-byte runs.
 
-    Lane l of warp i holds columns [v*l, v*l + v) of every 32*v-column
-    stripe (v = vector_elements), so a warp reads a stripe of its row with
-    one coalesced 128-bit load per lane, and folding a row is a warp shuffle,
-    with no block-wide barrier. The softmax kernels annotate their tiles with
-    it: left to itself, layout inference gives their element-wise row state a
-    layout with one thread per row.
+    A row's vectors (runs of 16 bytes) are dealt round-robin to the threads of its group:
+    a warp's 32 lanes where the row has that many vectors, fewer for a short row, and more
+    where a block has fewer rows than warps (a block's threads for one long resident row).
+    Several groups cover several rows at once, and a thread holds the same columns of every
+    ``groups``-th row. So a group reads its row with coalesced 128-bit loads, and folding a
+    row stays within its group: a warp shuffle, or for a row wider than a warp, TileLang's
+    block-wide reduction. The row kernels annotate their tiles with it: left to itself,
+    layout inference gives their element-wise row state a layout with one thread per row.
     """
     import tilelang.language as T
 
+    return T.Fragment(
+        (tile.rows, tile.cols), forward_fn=lambda i, j: thread_and_slot(tile, dtype, i, j)
+    )
+
+
+def thread_and_slot(tile: RowTile, dtype: str, i, j):
+    """``row_layout``'s map: the thread holding element (i, j) of a tile, and its slot
+    among that thread's registers (Python ints or TileLang index expressions alike)."""
     vec = vector_elements(dtype)
-
-    def forward(i, j):
-        return i * 32 + (j // vec) % 32, (j // (32 * vec)) * vec + j % vec
-
-    return T.Fragment((ROWS, columns(dtype)), forward_fn=forward)
+    row_vectors = tile.cols // vec
+    lanes = max(min(32, row_vectors), tile.threads // tile.rows)
+    groups = tile.threads // lanes
+    vectors_per_lane = row_vectors // lanes
+    vector = j // vec
+    thread = (i % groups) * lanes + vector % lanes
+    slot = ((i // groups) * vectors_per_lane + vector // lanes) * vec + j % vec
+    return thread, slot

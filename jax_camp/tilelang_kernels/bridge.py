@@ -3,7 +3,8 @@
 How a call travels (docs/tilelang.md has the measurements):
 
 1. At trace time the op's tile program is compiled once per
-   (op, dtype, configuration) with TileLang's ``tvm_ffi`` execution backend,
+   (op, dtype, configuration: the RowTile that ``_rows.row_tile`` picks for a row kernel)
+   with TileLang's ``tvm_ffi`` execution backend,
    outputs passed as arguments (no ``out_idx``): the compiled ``main`` takes
    ``(*inputs, *outputs)`` as DLPack tensors and launches on the current TVM
    FFI stream. TileLang's disk cache makes later processes skip nvcc.
@@ -44,14 +45,14 @@ from tvm import tirx
 
 from jax_camp import registration
 from jax_camp.ops._spec import MASK_DTYPE, SUPPORTED_DTYPE_NAMES, SUPPORTED_DTYPES, OpSpec
-from jax_camp.tilelang_kernels._rows import is_aligned
+from jax_camp.tilelang_kernels._rows import RowTile, row_tile
 
 class TileLangKernel(NamedTuple):
     """What the bridge needs to compile and call one op's TileLang kernel. It sees its
     operands as (rows, cols) where ``spec.along_rows``, else as one flat buffer."""
 
     spec: OpSpec
-    program: Callable[[str, bool], tirx.PrimFunc]  # the tile program for (dtype, aligned)
+    program: Callable[[str, RowTile | None], tirx.PrimFunc]  # the tile program for (dtype, tile)
 
 
 def _kernel_of(spec: OpSpec) -> TileLangKernel:
@@ -60,17 +61,17 @@ def _kernel_of(spec: OpSpec) -> TileLangKernel:
     build = getattr(module, f"{spec.name}_program")
     if spec.along_rows:
         return TileLangKernel(spec, build)
-    # The flat kernels have no aligned variant: they find their full tiles themselves.
-    return TileLangKernel(spec, lambda dtype, aligned: build(dtype))
+    # The flat kernels have one configuration: they find their full tiles themselves.
+    return TileLangKernel(spec, lambda dtype, tile: build(dtype))
 
 
 OPS: dict[str, TileLangKernel] = {name: _kernel_of(spec) for name, spec in registration.SPECS.items()}
 
 _lock = threading.Lock()
-# (op, dtype, aligned) -> FFI target name. The compiled kernels stay
-# referenced here for the life of the process: XLA keeps calling them.
-_targets: dict[tuple[str, str, bool], str] = {}
-_kernels: dict[tuple[str, str, bool], object] = {}
+# (op, dtype, tile) -> FFI target name; a flat kernel's tile is None. The compiled
+# kernels stay referenced here for the life of the process: XLA keeps calling them.
+_targets: dict[tuple[str, str, RowTile | None], str] = {}
+_kernels: dict[tuple[str, str, RowTile | None], object] = {}
 
 
 def compile_target() -> dict[str, str] | None:
@@ -91,9 +92,10 @@ def compile_target() -> dict[str, str] | None:
     return {"kind": "cuda", "arch": "sm_" + capability.replace(".", "")}
 
 
-def build_program(op: str, dtype: str, aligned: bool) -> tirx.PrimFunc:
-    """The tile program for ``op`` (TileLang's program builder is not thread-safe)."""
-    return OPS[op].program(dtype, aligned)
+def build_program(op: str, dtype: str, tile: RowTile | None) -> tirx.PrimFunc:
+    """The tile program for ``op`` by ``tile`` (None for a flat kernel); TileLang's program
+    builder is not thread-safe."""
+    return OPS[op].program(dtype, tile)
 
 
 def compile_program(
@@ -110,17 +112,18 @@ def compile_program(
     )
 
 
-def ffi_target(op: str, dtype: str, aligned: bool) -> str:
-    """Name of the XLA FFI target running ``op``; compiles and registers on first use."""
-    key = (op, dtype, aligned)
+def ffi_target(op: str, dtype: str, tile: RowTile | None) -> str:
+    """Name of the XLA FFI target running ``op`` by ``tile``; compiles and registers on first
+    use."""
+    key = (op, dtype, tile)
     with _lock:
         name = _targets.get(key)
         if name is not None:
             return name
-        kernel = compile_program(build_program(op, dtype, aligned))
+        kernel = compile_program(build_program(op, dtype, tile))
         symbol = str(kernel.prim_func.attrs["global_symbol"])
         function = kernel.adapter.get_exportable_executable()[symbol]
-        name = f"jax_camp_tilelang_{op}_{dtype}" + ("_aligned" if aligned else "")
+        name = f"jax_camp_tilelang_{op}_{dtype}" + (f"_{tile.name}" if tile else "")
         jax_tvm_ffi.register_ffi_target(name, function, ["args", "rets"], platform="gpu")
         _kernels[key] = kernel
         _targets[key] = name
@@ -133,10 +136,10 @@ def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
     shape, dtype = x.shape, jnp.dtype(x.dtype).name
     if spec.along_rows:
         kernel_shape = (math.prod(shape[:-1]), shape[-1])
-        aligned = is_aligned(shape[-1], dtype)
+        tile = row_tile(shape[-1], dtype)
     else:
         kernel_shape = (math.prod(shape),)
-        aligned = False
+        tile = None
     out_shape = spec.result_shape(shape)
     if math.prod(kernel_shape) == 0:
         # A launch over nothing would be an invalid (empty) grid; an empty
@@ -146,7 +149,7 @@ def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
         # The tile programs declare the mask uint8, bool's bytes under a type that DLPack
         # and TileLang's argument checks agree on.
         operands = (*operands[:-1], operands[-1].astype(jnp.uint8))
-    name = ffi_target(spec.name, dtype, aligned)
+    name = ffi_target(spec.name, dtype, tile)
     call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(spec.result_shape(kernel_shape), x.dtype))
     return call(*(o.reshape(kernel_shape) for o in operands)).reshape(out_shape)
 

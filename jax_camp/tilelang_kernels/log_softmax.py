@@ -55,6 +55,7 @@ import math
 import tilelang.language as T
 from tvm import tirx
 
+from jax_camp.tilelang_kernels._rows import RowTile
 from jax_camp.tilelang_kernels.softmax import (
     LOG2E,
     reduce_then_write_program,
@@ -74,34 +75,34 @@ def log_normalized(shifted, log2_sum):
     return shifted - log2_sum * LN2
 
 
-def log_softmax_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+def log_softmax_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """The forward log_softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
-    return row_softmax_program("log_softmax", dtype, aligned, write=log_normalized)
+    return row_softmax_program("log_softmax", dtype, tile, write=log_normalized)
 
 
-def log_softmax_masked_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+def log_softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """log_softmax(X, where=Mask): Mask is uint8, nonzero where an element takes part.
 
     The elements it masks out give -inf, jax.nn.log_softmax's answer.
     """
     return row_softmax_program(
-        "log_softmax_masked", dtype, aligned, write=log_normalized, masked_out=-math.inf
+        "log_softmax_masked", dtype, tile, write=log_normalized, masked_out=-math.inf
     )
 
 
-def log_softmax_backward_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+def log_softmax_backward_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """Reverse mode: dX = G - exp(Yv) * sum(G) per row, from the forward's output Yv."""
     return reduce_then_write_program(
-        "log_softmax_backward", dtype, aligned,
+        "log_softmax_backward", dtype, tile,
         term=lambda y, g: g,
         output=lambda y, g, total: g - probability(y) * total,
     )
 
 
-def log_softmax_tangent_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+def log_softmax_tangent_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """Forward mode: the tangent out = t - sum(exp(Yv) * t) per row, t coming in as G."""
     return reduce_then_write_program(
-        "log_softmax_tangent", dtype, aligned,
+        "log_softmax_tangent", dtype, tile,
         term=lambda y, t: probability(y) * t,
         output=lambda y, t, total: t - total,
     )

@@ -1,12 +1,23 @@
-"""softmax, masked or not, and its backward, one block per ROWS rows, two passes per row.
+"""softmax, masked or not, and its backward: a row held in registers, or streamed twice.
 
-Forward, online softmax. Pass 1 reads the row once, tile by tile, and keeps a
-rolling log-sum-exp as two numbers: ``m``, the largest x seen so far, and
-``s``, the sum of exp(x - m) over what was seen. When a new x raises the
-maximum, the old sum is rescaled by exp(m_old - x) and x adds 1; otherwise x
-adds exp(x - m). So one pass gives the normalizer a plain softmax needs two
-passes for (max, then sum). Pass 2 reads the row again and writes
-y = exp(x - m - log(s)).
+Each kernel is built for one tile (``_rows.py``), picked from the row length
+when a call is traced, and its code takes one of two shapes:
+
+Resident rows (up to 16384 elements, 16-byte aligned). The block's tile is as
+wide as the row, so one ``T.copy`` brings the whole row into registers, and
+everything after reads it there: ``T.reduce_max`` for the row maximum m,
+``T.reduce_sum`` of exp(x - m) for s, then each element's y = exp(x - m - log(s))
+written back. x is read from memory once and y written once, the least any
+softmax can move. A short row leaves a block room for many rows (32 rows of
+128), so that no thread is idle.
+
+Streamed rows (longer, or short and unaligned), online softmax. Pass 1 reads
+the row tile by tile and keeps a rolling log-sum-exp as two numbers: ``m``,
+the largest x seen so far, and ``s``, the sum of exp(x - m) over what was seen.
+When a new x raises the maximum, the old sum is rescaled by exp(m_old - x) and
+x adds 1; otherwise x adds exp(x - m). So one pass gives the normalizer a plain
+softmax needs two passes for (max, then sum). Pass 2 reads the row again and
+writes y = exp(x - m - log(s)).
 
 Every element of the tile fragment keeps its own (m, s) pair across the
 ``T.Serial`` loop, so pass 1 needs no communication between threads at all;
@@ -25,9 +36,10 @@ Masking and special values, as jax.nn.softmax: out-of-range columns of a
 partial tile load as 0, which is wrong for a maximum (a row of negative logits
 would get max 0), so the kernel turns them into -inf and skips them, as it
 skips real -inf entries (their term is 0; letting them in would compute
--inf - -inf = NaN). A row of -inf ends with s = 0 and pass 2 computes
--inf - -inf = NaN, jax's answer; a NaN or +inf entry makes s NaN, and the whole
-row NaN, as in jax.
+-inf - -inf = NaN). A row of -inf ends with s = 0 (streamed) or NaN
+(resident: its maximum is -inf, and exp(-inf - -inf) is NaN), and pass 2
+computes -inf - -inf = NaN, jax's answer; a NaN or +inf entry makes s NaN, and
+the whole row NaN, as in jax.
 
 softmax(x, where=mask), the kernel ``softmax_masked``, takes a uint8 Mask
 beside X, nonzero where an element takes part. Each pass reads the mask's tile
@@ -42,7 +54,9 @@ comes out all 0, never NaN.
 
 Backward: dx = y * (g - sum(g * y)) along the row, from the forward's output
 y and the incoming cotangent g. Pass 1 accumulates g * y element-wise into a
-float32 fragment and reduces it once per row; pass 2 writes dx.
+float32 fragment and reduces it once per row; pass 2 writes dx, from the
+registers pass 1 loaded for a resident row, reading y and g again for a
+streamed one.
 
 Both tile programs are written once, as builders that take the formulas of
 single elements: ``row_softmax_program`` takes what pass 2 writes (and what
@@ -65,21 +79,19 @@ from tvm import tirx
 
 from jax_camp.tilelang_kernels._rows import (
     ACCUM,
-    ROWS,
-    THREADS,
-    columns,
+    RowTile,
+    row_layout,
     row_tiles,
     vector_elements,
-    warp_per_row_layout,
 )
 
 LOG2E = math.log2(math.e)
 
 
 def row_softmax_program(
-    name: str, dtype: str, aligned: bool, write, masked_out: float | None = None
+    name: str, dtype: str, tile: RowTile, write, masked_out: float | None = None
 ) -> tirx.PrimFunc:
-    """The forward kernel ``name``: online softmax over (M, N) rows of any M, N, X to Y.
+    """The forward kernel ``name``: softmax over (M, N) rows of any M, N, X to Y, by ``tile``.
 
     Pass 2 stores ``write(shifted, log2_sum)`` for each element: its output
     in float32 from shifted = x - m and log2(s), its row's normalizer in base 2.
@@ -88,84 +100,104 @@ def row_softmax_program(
     ``masked_out`` for the elements it masks out.
     """
     masked = masked_out is not None
-    cols = columns(dtype)
+    rows, cols = tile.rows, tile.cols
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     neg_inf = -T.infinity(ACCUM)
-    layout = warp_per_row_layout(dtype)
+    layout = row_layout(tile, dtype)
+
+    # Tile kb of block bx's rows into x_tile (and keep), and into x in float32, with -inf
+    # where an element is to be skipped: a column past the row's end, whose 0 would be
+    # wrong for a maximum, or a masked-out element.
+    @T.macro
+    def load(X, Mask, bx, kb, x_tile, keep, x):
+        T.copy(X[bx * rows, kb * cols], x_tile)
+        if masked:
+            T.copy(Mask[bx * rows, kb * cols], keep)
+        for i, j in T.Parallel(rows, cols):
+            x[i, j] = T.if_then_else(kb * cols + j < n, T.cast(x_tile[i, j], ACCUM), neg_inf)
+            if masked:
+                x[i, j] = T.if_then_else(keep[i, j] != 0, x[i, j], neg_inf)
+
+    # Pass 2 on tile kb, in x_tile (and keep): each element's output, stored to Y.
+    @T.macro
+    def normalize(Y, bx, kb, x_tile, keep, row_max, log2_sum, out):
+        for i, j in T.Parallel(rows, cols):
+            out[i, j] = T.cast(write(T.cast(x_tile[i, j], ACCUM) - row_max[i], log2_sum[i]), dtype)
+            if masked:
+                # Whatever write() gave, the NaN of a fully masked row too.
+                out[i, j] = T.if_then_else(keep[i, j] != 0, out[i, j], T.cast(masked_out, dtype))
+        T.copy(out, Y[bx * rows, kb * cols])
 
     # The body of both kernels, masked or not; Mask is None in the one without.
     @T.macro
-    def online_softmax(X, Mask, Y):
-        with T.Kernel(T.ceildiv(m_, ROWS), threads=THREADS) as bx:
-            if aligned:
+    def softmax_rows(X, Mask, Y):
+        with T.Kernel(T.ceildiv(m_, rows), threads=tile.threads) as bx:
+            if tile.aligned:
                 T.assume(n % vec == 0)
-            tile, x, lane_max, lane_sum, scaled, out = row_tiles(
-                cols, dtype, ACCUM, ACCUM, ACCUM, ACCUM, dtype
+            x_tile, x, lane_max, lane_sum, scaled, out = row_tiles(
+                tile, dtype, ACCUM, ACCUM, ACCUM, ACCUM, dtype
             )
-            row_max = T.alloc_fragment((ROWS,), ACCUM)
-            row_sum = T.alloc_fragment((ROWS,), ACCUM)
-            log2_sum = T.alloc_fragment((ROWS,), ACCUM)
-            per_element = [tile, x, lane_max, lane_sum, scaled, out]
+            row_max = T.alloc_fragment((rows,), ACCUM)
+            row_sum = T.alloc_fragment((rows,), ACCUM)
+            log2_sum = T.alloc_fragment((rows,), ACCUM)
+            per_element = [x_tile, x, lane_max, lane_sum, scaled, out]
+            keep = None
             if masked:
-                keep = T.alloc_fragment((ROWS, cols), "uint8")
+                keep = T.alloc_fragment((rows, cols), "uint8")
                 per_element.append(keep)
             T.annotate_layout({t: layout for t in per_element})
-            T.fill(lane_max, neg_inf)
-            T.fill(lane_sum, 0.0)
 
-            # Pass 1: each element's rolling (max, sum) pair, one exp2 per x.
-            for kb in T.Serial(T.ceildiv(n, cols)):
-                T.copy(X[bx * ROWS, kb * cols], tile)
-                if masked:
-                    T.copy(Mask[bx * ROWS, kb * cols], keep)
-                for i, j in T.Parallel(ROWS, cols):
-                    x[i, j] = T.if_then_else(kb * cols + j < n, T.cast(tile[i, j], ACCUM), neg_inf)
-                    if masked:
-                        # A masked-out element is skipped as a column past the row's end is.
-                        x[i, j] = T.if_then_else(keep[i, j] != 0, x[i, j], neg_inf)
-                for i, j in T.Parallel(ROWS, cols):
-                    lane_sum[i, j] = T.if_then_else(
-                        x[i, j] == neg_inf,
-                        lane_sum[i, j],
-                        T.if_then_else(
-                            x[i, j] > lane_max[i, j],
-                            lane_sum[i, j] * T.exp2((lane_max[i, j] - x[i, j]) * LOG2E) + 1.0,
-                            lane_sum[i, j] + T.exp2((x[i, j] - lane_max[i, j]) * LOG2E),
-                        ),
+            if tile.resident:
+                # The row is one tile: its maximum, then the sum of exp(x - max),
+                # and pass 2 writes from the registers pass 1 loaded.
+                load(X, Mask, bx, 0, x_tile, keep, x)
+                T.reduce_max(x, row_max, dim=1)
+                for i, j in T.Parallel(rows, cols):
+                    scaled[i, j] = T.exp2((x[i, j] - row_max[i]) * LOG2E)
+                T.reduce_sum(scaled, row_sum, dim=1)
+            else:
+                # Pass 1: each element's rolling (max, sum) pair, one exp2 per x.
+                T.fill(lane_max, neg_inf)
+                T.fill(lane_sum, 0.0)
+                for kb in T.Serial(T.ceildiv(n, cols)):
+                    load(X, Mask, bx, kb, x_tile, keep, x)
+                    for i, j in T.Parallel(rows, cols):
+                        lane_sum[i, j] = T.if_then_else(
+                            x[i, j] == neg_inf,
+                            lane_sum[i, j],
+                            T.if_then_else(
+                                x[i, j] > lane_max[i, j],
+                                lane_sum[i, j] * T.exp2((lane_max[i, j] - x[i, j]) * LOG2E)
+                                + 1.0,
+                                lane_sum[i, j] + T.exp2((x[i, j] - lane_max[i, j]) * LOG2E),
+                            ),
+                        )
+                        lane_max[i, j] = T.max(lane_max[i, j], x[i, j])
+                # Merge the pairs of a row. A pair with s == 0 saw only -inf and
+                # adds nothing (its m - M may be -inf - -inf); a NaN s must stay.
+                T.reduce_max(lane_max, row_max, dim=1)
+                for i, j in T.Parallel(rows, cols):
+                    scaled[i, j] = T.if_then_else(
+                        lane_sum[i, j] == 0.0,
+                        0.0,
+                        lane_sum[i, j] * T.exp2((lane_max[i, j] - row_max[i]) * LOG2E),
                     )
-                    lane_max[i, j] = T.max(lane_max[i, j], x[i, j])
-
-            # Merge the pairs of a row. A pair with s == 0 saw only -inf and
-            # adds nothing (its m - M may be -inf - -inf); a NaN s must stay.
-            T.reduce_max(lane_max, row_max, dim=1)
-            for i, j in T.Parallel(ROWS, cols):
-                scaled[i, j] = T.if_then_else(
-                    lane_sum[i, j] == 0.0,
-                    0.0,
-                    lane_sum[i, j] * T.exp2((lane_max[i, j] - row_max[i]) * LOG2E),
-                )
-            T.reduce_sum(scaled, row_sum, dim=1)
-            # A row of -inf ends with sum 0: log2 gives -inf and pass 2 then
-            # computes -inf - -inf = NaN, jax's answer for it.
-            for i in T.Parallel(ROWS):
+                T.reduce_sum(scaled, row_sum, dim=1)
+            # A row of -inf ends with sum 0 (or, resident, NaN): log2 gives -inf or NaN
+            # and pass 2 then computes NaN, jax's answer for it.
+            for i in T.Parallel(rows):
                 log2_sum[i] = T.log2(row_sum[i])
 
-            # Pass 2: normalize. The second read mostly hits L2.
-            for kb in T.Serial(T.ceildiv(n, cols)):
-                T.copy(X[bx * ROWS, kb * cols], tile)
-                if masked:
-                    T.copy(Mask[bx * ROWS, kb * cols], keep)
-                for i, j in T.Parallel(ROWS, cols):
-                    out[i, j] = T.cast(
-                        write(T.cast(tile[i, j], ACCUM) - row_max[i], log2_sum[i]), dtype
-                    )
+            if tile.resident:
+                normalize(Y, bx, 0, x_tile, keep, row_max, log2_sum, out)
+            else:
+                # Pass 2 reads the row again.
+                for kb in T.Serial(T.ceildiv(n, cols)):
+                    T.copy(X[bx * rows, kb * cols], x_tile)
                     if masked:
-                        # Whatever write() gave, the NaN of a fully masked row too.
-                        out[i, j] = T.if_then_else(
-                            keep[i, j] != 0, out[i, j], T.cast(masked_out, dtype)
-                        )
-                T.copy(out, Y[bx * ROWS, kb * cols])
+                        T.copy(Mask[bx * rows, kb * cols], keep)
+                    normalize(Y, bx, kb, x_tile, keep, row_max, log2_sum, out)
 
     # A prim_func's parameters are its Python signature, so the two kernels
     # have a signature each, around the one body.
@@ -177,18 +209,18 @@ def row_softmax_program(
             Mask: T.Tensor((m_, n), "uint8"),
             Y: T.Tensor((m_, n), dtype),
         ):
-            online_softmax(X, Mask, Y)
+            softmax_rows(X, Mask, Y)
 
     else:
 
         @T.prim_func
         def row_softmax(X: T.Tensor((m_, n), dtype), Y: T.Tensor((m_, n), dtype)):
-            online_softmax(X, None, Y)
+            softmax_rows(X, None, Y)
 
     return row_softmax.with_attr("global_symbol", name)
 
 
-def reduce_then_write_program(name: str, dtype: str, aligned: bool, term, output) -> tirx.PrimFunc:
+def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output) -> tirx.PrimFunc:
     """A derivative kernel ``name``: one row sum of ``term``, then DX from ``output``.
 
     Yv is the forward's output and G the derivative coming in. ``term(y, g)``
@@ -197,40 +229,44 @@ def reduce_then_write_program(name: str, dtype: str, aligned: bool, term, output
     0 in both operands, so a term must be 0 where y and g both are: then they
     add nothing to the sum and need no mask.
     """
-    cols = columns(dtype)
+    rows, cols = tile.rows, tile.cols
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
-    layout = warp_per_row_layout(dtype)
+    layout = row_layout(tile, dtype)
+    # A resident row is one tile; a streamed one as many as it takes.
+    tiles = 1 if tile.resident else T.ceildiv(n, cols)
 
     @T.prim_func
     def reduce_then_write(
         Yv: T.Tensor((m_, n), dtype), G: T.Tensor((m_, n), dtype), DX: T.Tensor((m_, n), dtype)
     ):
-        with T.Kernel(T.ceildiv(m_, ROWS), threads=THREADS) as bx:
-            if aligned:
+        with T.Kernel(T.ceildiv(m_, rows), threads=tile.threads) as bx:
+            if tile.aligned:
                 T.assume(n % vec == 0)
-            y, g, acc, dx = row_tiles(cols, dtype, dtype, ACCUM, dtype)
-            dot = T.alloc_fragment((ROWS,), ACCUM)
+            y, g, acc, dx = row_tiles(tile, dtype, dtype, ACCUM, dtype)
+            dot = T.alloc_fragment((rows,), ACCUM)
             T.annotate_layout({t: layout for t in (y, g, acc, dx)})
             T.clear(acc)
 
             # Pass 1: the row sum, element-wise partials in registers.
-            for kb in T.Serial(T.ceildiv(n, cols)):
-                T.copy(Yv[bx * ROWS, kb * cols], y)
-                T.copy(G[bx * ROWS, kb * cols], g)
-                for i, j in T.Parallel(ROWS, cols):
+            for kb in T.Serial(tiles):
+                T.copy(Yv[bx * rows, kb * cols], y)
+                T.copy(G[bx * rows, kb * cols], g)
+                for i, j in T.Parallel(rows, cols):
                     acc[i, j] += term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM))
             T.reduce_sum(acc, dot, dim=1)
 
-            # Pass 2: each element's output from its y, its g and the row's sum.
-            for kb in T.Serial(T.ceildiv(n, cols)):
-                T.copy(Yv[bx * ROWS, kb * cols], y)
-                T.copy(G[bx * ROWS, kb * cols], g)
-                for i, j in T.Parallel(ROWS, cols):
+            # Pass 2: each element's output from its y, its g and the row's sum;
+            # a resident row's y and g are still in registers, a streamed one is read again.
+            for kb in T.Serial(tiles):
+                if not tile.resident:
+                    T.copy(Yv[bx * rows, kb * cols], y)
+                    T.copy(G[bx * rows, kb * cols], g)
+                for i, j in T.Parallel(rows, cols):
                     dx[i, j] = T.cast(
                         output(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM), dot[i]), dtype
                     )
-                T.copy(dx, DX[bx * ROWS, kb * cols])
+                T.copy(dx, DX[bx * rows, kb * cols])
 
     return reduce_then_write.with_attr("global_symbol", name)
 
@@ -240,23 +276,23 @@ def normalized(shifted, log2_sum):
     return T.exp2(shifted * LOG2E - log2_sum)
 
 
-def softmax_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+def softmax_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """The forward softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
-    return row_softmax_program("softmax", dtype, aligned, write=normalized)
+    return row_softmax_program("softmax", dtype, tile, write=normalized)
 
 
-def softmax_masked_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+def softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """softmax(X, where=Mask): Mask is uint8, nonzero where an element takes part.
 
     The elements it masks out give 0, jax.nn.softmax's answer.
     """
-    return row_softmax_program("softmax_masked", dtype, aligned, write=normalized, masked_out=0.0)
+    return row_softmax_program("softmax_masked", dtype, tile, write=normalized, masked_out=0.0)
 
 
-def softmax_backward_program(dtype: str, aligned: bool) -> tirx.PrimFunc:
+def softmax_backward_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """The backward kernel: dX = Yv * (G - sum(G * Yv)) per row, from the forward's output Yv."""
     return reduce_then_write_program(
-        "softmax_backward", dtype, aligned,
+        "softmax_backward", dtype, tile,
         term=lambda y, g: g * y,
         output=lambda y, g, dot: y * (g - dot),
     )
