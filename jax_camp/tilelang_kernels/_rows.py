@@ -64,7 +64,7 @@ class RowTile(NamedTuple):
 
     @property
     def name(self) -> str:
-        """The configuration in an FFI target's name, e.g. "resident_32x128_128t"."""
+        """The configuration in an FFI target's name, e.g. "resident_8x128_128t"."""
         kind = "resident" if self.resident else "streamed"
         alignment = "" if self.resident or not self.aligned else "_aligned"
         return f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}"
@@ -120,9 +120,17 @@ def all_tiles(dtype: str) -> tuple[RowTile, ...]:
             *(resident_tile(cols, dtype) for cols in resident_widths()))
 
 
+def column_tiles(tile: RowTile, n):
+    """How many tiles a row of ``n`` (a TileLang dynamic size) takes: one, if it is resident."""
+    import tilelang.language as T
+
+    return 1 if tile.resident else T.ceildiv(n, tile.cols)
+
+
 def row_tiles(tile: RowTile, *dtypes: str) -> tuple:
-    """A (rows, cols) fragment of each of ``dtypes``, in order, in ``row_layout``: a row
-    kernel's tiles, one value of each an element, allocated inside its tile program."""
+    """A (rows, cols) fragment of each of ``dtypes``, in order: a row kernel's tiles, one
+    value of each an element, allocated inside its tile program (which lays them out by
+    ``row_layout``)."""
     import tilelang.language as T
 
     shape = (tile.rows, tile.cols)

@@ -22,11 +22,7 @@ import tilelang.language as T
 from tvm import tirx
 
 from jax_camp.tilelang_kernels._rows import (
-    ACCUM,
-    RowTile,
-    row_layout,
-    row_tiles,
-    vector_elements,
+    ACCUM, RowTile, column_tiles, row_layout, row_tiles, vector_elements,
 )
 
 
@@ -36,7 +32,6 @@ def reduce_sum_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     vec = vector_elements(dtype)
     m, n = T.dynamic("M N", "int64")
     layout = row_layout(tile, dtype)
-    tiles = 1 if tile.resident else T.ceildiv(n, cols)
 
     @T.prim_func
     def reduce_sum(X: T.Tensor((m, n), dtype), Y: T.Tensor((m,), dtype)):
@@ -47,7 +42,7 @@ def reduce_sum_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
             total = T.alloc_fragment((rows,), ACCUM)
             T.annotate_layout({x_tile: layout, acc: layout})
             T.clear(acc)
-            for kb in T.Serial(tiles):
+            for kb in T.Serial(column_tiles(tile, n)):
                 T.copy(X[bx * rows, kb * cols], x_tile)
                 for i, j in T.Parallel(rows, cols):
                     acc[i, j] += T.cast(x_tile[i, j], ACCUM)

@@ -8,7 +8,7 @@ wide as the row, so one ``T.copy`` brings the whole row into registers, and
 everything after reads it there: ``T.reduce_max`` for the row maximum m,
 ``T.reduce_sum`` of exp(x - m) for s, then each element's y = exp(x - m - log(s))
 written back. x is read from memory once and y written once, the least any
-softmax can move. A short row leaves a block room for many rows (32 rows of
+softmax can move. A short row leaves a block room for several rows (8 rows of
 128), so that no thread is idle.
 
 Streamed rows (longer, or short and unaligned), online softmax. Pass 1 reads
@@ -78,11 +78,7 @@ import tilelang.language as T
 from tvm import tirx
 
 from jax_camp.tilelang_kernels._rows import (
-    ACCUM,
-    RowTile,
-    row_layout,
-    row_tiles,
-    vector_elements,
+    ACCUM, RowTile, column_tiles, row_layout, row_tiles, vector_elements,
 )
 
 LOG2E = math.log2(math.e)
@@ -135,13 +131,15 @@ def row_softmax_program(
         with T.Kernel(T.ceildiv(m_, rows), threads=tile.threads) as bx:
             if tile.aligned:
                 T.assume(n % vec == 0)
-            x_tile, x, lane_max, lane_sum, scaled, out = row_tiles(
-                tile, dtype, ACCUM, ACCUM, ACCUM, ACCUM, dtype
-            )
+            x_tile, x, scaled, out = row_tiles(tile, dtype, ACCUM, ACCUM, dtype)
             row_max = T.alloc_fragment((rows,), ACCUM)
             row_sum = T.alloc_fragment((rows,), ACCUM)
             log2_sum = T.alloc_fragment((rows,), ACCUM)
-            per_element = [x_tile, x, lane_max, lane_sum, scaled, out]
+            per_element = [x_tile, x, scaled, out]
+            if not tile.resident:
+                # The streamed rows' per-element (max, sum) pairs.
+                lane_max, lane_sum = row_tiles(tile, ACCUM, ACCUM)
+                per_element += [lane_max, lane_sum]
             keep = None
             if masked:
                 keep = T.alloc_fragment((rows, cols), "uint8")
@@ -160,7 +158,7 @@ def row_softmax_program(
                 # Pass 1: each element's rolling (max, sum) pair, one exp2 per x.
                 T.fill(lane_max, neg_inf)
                 T.fill(lane_sum, 0.0)
-                for kb in T.Serial(T.ceildiv(n, cols)):
+                for kb in T.Serial(column_tiles(tile, n)):
                     load(X, Mask, bx, kb, x_tile, keep, x)
                     for i, j in T.Parallel(rows, cols):
                         lane_sum[i, j] = T.if_then_else(
@@ -193,7 +191,7 @@ def row_softmax_program(
                 normalize(Y, bx, 0, x_tile, keep, row_max, log2_sum, out)
             else:
                 # Pass 2 reads the row again.
-                for kb in T.Serial(T.ceildiv(n, cols)):
+                for kb in T.Serial(column_tiles(tile, n)):
                     T.copy(X[bx * rows, kb * cols], x_tile)
                     if masked:
                         T.copy(Mask[bx * rows, kb * cols], keep)
@@ -233,8 +231,6 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     layout = row_layout(tile, dtype)
-    # A resident row is one tile; a streamed one as many as it takes.
-    tiles = 1 if tile.resident else T.ceildiv(n, cols)
 
     @T.prim_func
     def reduce_then_write(
@@ -249,7 +245,7 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
             T.clear(acc)
 
             # Pass 1: the row sum, element-wise partials in registers.
-            for kb in T.Serial(tiles):
+            for kb in T.Serial(column_tiles(tile, n)):
                 T.copy(Yv[bx * rows, kb * cols], y)
                 T.copy(G[bx * rows, kb * cols], g)
                 for i, j in T.Parallel(rows, cols):
@@ -258,7 +254,7 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
 
             # Pass 2: each element's output from its y, its g and the row's sum;
             # a resident row's y and g are still in registers, a streamed one is read again.
-            for kb in T.Serial(tiles):
+            for kb in T.Serial(column_tiles(tile, n)):
                 if not tile.resident:
                     T.copy(Yv[bx * rows, kb * cols], y)
                     T.copy(G[bx * rows, kb * cols], g)
