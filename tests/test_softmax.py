@@ -15,8 +15,8 @@ import jax_camp
 from jax_camp import _kernels
 from jax_camp.ops.softmax import SOFTMAX, SOFTMAX_MASKED
 from helpers import (DTYPES, RowOp, assert_close, check_derivative, check_values, f64, hlo_text,
-                     kernel_paths_missed, on_this_machine, tilelang_tiles_missed, random_mask, random_normal,
-                     softmax_reference)
+                     kernel_paths_missed, on_this_machine, random_mask, random_normal,
+                     softmax_reference, tilelang_tiles_missed)
 
 # The camp's shapes, unaligned and odd sizes, one column, grids of few rows
 # and of many; on the GPU they reach every path of the CUDA kernels that the
