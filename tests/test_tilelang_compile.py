@@ -186,3 +186,11 @@ def test_row_layout_gives_each_element_its_own_register(dtype: str) -> None:
         for (i, j), (thread, slot) in places.items():
             first_thread, first_slot = places[(i, j - j % vec)]
             assert (thread, slot) == (first_thread, first_slot + j % vec), tile
+
+
+def test_every_configuration_has_its_own_target_name() -> None:
+    """The bridge registers each (op, dtype, tile) under a name made of the three, so two tiles
+    of one dtype with one name would run one's kernel for the other's shapes."""
+    for dtype in DTYPES:
+        names = [tile.name for tile in all_tiles(dtype)]
+        assert len(set(names)) == len(names), names
