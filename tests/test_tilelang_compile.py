@@ -155,9 +155,10 @@ def test_rows_that_fit_are_resident(dtype: str) -> None:
     longer rows are streamed a block a row, shorter unaligned ones a warp a row; every tile
     picked is one of all_tiles."""
     vec = 16 // ITEMSIZE[dtype]
+    tiles = all_tiles(dtype)
     for n in range(vec, 2 * RESIDENT_LIMIT, vec):
         tile = row_tile(n, dtype)
-        assert tile in all_tiles(dtype)
+        assert tile in tiles
         if n <= RESIDENT_LIMIT:
             assert tile.resident and tile.cols >= n
             assert tile.cols // 2 < n or tile.cols == MIN_RESIDENT_COLS

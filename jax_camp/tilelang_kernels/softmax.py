@@ -142,7 +142,7 @@ def row_softmax_program(
                 per_element += [lane_max, lane_sum]
             keep = None
             if masked:
-                keep = T.alloc_fragment((rows, cols), "uint8")
+                (keep,) = row_tiles(tile, "uint8")
                 per_element.append(keep)
             T.annotate_layout({t: layout for t in per_element})
 
