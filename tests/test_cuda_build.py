@@ -8,9 +8,12 @@ the device, took them. The configure check runs without a GPU; the loaded-code c
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jax
@@ -54,6 +57,30 @@ def test_default_build_carries_sm80_sm90_and_ptx(tmp_path, monkeypatch):
 @needs_cmake
 def test_architectures_the_user_names_are_kept(tmp_path):
     assert _configure(tmp_path, None, "-DCMAKE_CUDA_ARCHITECTURES=90-real") == ("90-real", "user")
+
+
+def _configure_project(build: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    """Which kernels a configure of the project itself in `build` says it builds, as a wheel
+    build of scikit-build-core configures it (with this Python, which has nanobind and jax)."""
+    out = subprocess.run(
+        ["cmake", "-S", str(ROOT), "-B", str(build), f"-DPython_EXECUTABLE={sys.executable}",
+         "-DSKBUILD_STATE=wheel", *args],
+        capture_output=True, text=True, env=env, check=True)
+    found = re.search(r"building the (CUDA|CPU) kernels", out.stdout + out.stderr)
+    assert found, out.stdout + out.stderr
+    return found.group(1)
+
+
+@needs_cmake
+@pytest.mark.skipif(importlib.util.find_spec("nanobind") is None, reason="needs nanobind")
+def test_a_wheel_builds_choice_does_not_stick_to_the_next(tmp_path):
+    # `pip install .` keeps its build tree between installs: a CPU-only install, or one on a
+    # machine without nvcc then, must not make the next plain install CPU-only too.
+    build = tmp_path / "build"
+    assert _configure_project(build, "-DJAX_CAMP_CUDA=OFF") == "CPU"
+    assert _configure_project(build) == "CUDA"
+    assert _configure_project(build, env={**os.environ, "CUDACXX": str(tmp_path / "no-nvcc")}) == "CPU"
+    assert _configure_project(build) == "CUDA"
 
 
 def _kernels_module():
