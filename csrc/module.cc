@@ -1,11 +1,13 @@
 // The Python module `jax_camp._kernels`: registrations() returns, per XLA
-// platform name, the FFI handlers as capsules keyed by target name.
+// platform name, the FFI handlers as capsules keyed by target name (in a build
+// without CUDA, its GPU targets all take the handler that says so).
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 
 #include <stdexcept>
 #include <string>
 
+#include "common/ffi_common.h"
 #include "handlers.h"
 #include "reduce_sum/reduce_sum_policy.h"
 #include "softmax/softmax_policy.h"
@@ -21,6 +23,21 @@ nb::capsule Capsule(Handler* handler) {
   return nb::capsule(reinterpret_cast<void*>(handler));
 }
 
+#ifndef JAX_CAMP_WITH_CUDA
+// Every GPU target of a build without CUDA: it takes any operands and says why
+// it cannot run them, where XLA alone would report a target it cannot find.
+jax_camp::ffi::Error CudaNotBuilt(jax_camp::ffi::RemainingArgs, jax_camp::ffi::RemainingRets) {
+  return jax_camp::ffi::Error(
+      jax_camp::ffi::ErrorCode::kUnimplemented,
+      "jax_camp was built without its CUDA kernels (nvcc was not found when it was "
+      "installed, or JAX_CAMP_CUDA=OFF), so its ops cannot run on a GPU with the default "
+      "backend: reinstall it where nvcc is found (pip install .), or pass backend='tilelang' "
+      "or 'xla', or run on the CPU");
+}
+XLA_FFI_DEFINE_HANDLER_SYMBOL(JaxCampCudaNotBuilt, CudaNotBuilt,
+                              jax_camp::ffi::Ffi::Bind().RemainingArgs().RemainingRets());
+#endif
+
 nb::dict Registrations() {
   nb::dict platforms;
   nb::dict cpu;
@@ -29,13 +46,17 @@ nb::dict Registrations() {
 #include "ops.inc"
 #undef JAX_CAMP_TARGET
   platforms["cpu"] = cpu;
-#ifdef JAX_CAMP_WITH_CUDA
+  // A build without CUDA still names every target on the GPU, by the handler
+  // that says why it cannot run there.
   nb::dict cuda;
+#ifdef JAX_CAMP_WITH_CUDA
 #define JAX_CAMP_TARGET(target, Handler) cuda[#target] = Capsule(JaxCamp##Handler##Cuda);
+#else
+#define JAX_CAMP_TARGET(target, Handler) cuda[#target] = Capsule(JaxCampCudaNotBuilt);
+#endif
 #include "ops.inc"
 #undef JAX_CAMP_TARGET
   platforms["CUDA"] = cuda;
-#endif
 #undef JAX_CAMP_OP
   return platforms;
 }

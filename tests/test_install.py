@@ -113,3 +113,31 @@ def test_import_first_in_a_fresh_interpreter(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == "32.0"
+
+
+def test_every_target_has_a_gpu_handler():
+    """A build without CUDA names every target on the GPU too, so that a GPU program meets a
+    handler that says what is missing rather than XLA's "no FFI handler registered"."""
+    from jax_camp import _kernels
+
+    handlers = _kernels.registrations()
+    assert set(handlers) == {"cpu", "CUDA"}
+    assert set(handlers["CUDA"]) == set(handlers["cpu"])
+
+
+def test_a_build_without_cuda_says_why_its_gpu_targets_cannot_run():
+    """The GPU handler of a build without CUDA, run here on the CPU (it touches no device):
+    an error naming the missing kernels and what to do. Skipped where they were built."""
+    import jax
+    import jax.numpy as jnp
+    import pytest
+    from jax_camp import _kernels
+
+    if _kernels.built_with_cuda:
+        pytest.skip("this jax_camp has its CUDA kernels")
+    not_built = _kernels.registrations()["CUDA"]["softmax"]
+    jax.ffi.register_ffi_target("jax_camp_test_cuda_not_built", not_built, platform="cpu")
+    x = jax.device_put(jnp.ones((2, 8)), jax.devices("cpu")[0])
+    call = jax.ffi.ffi_call("jax_camp_test_cuda_not_built", jax.ShapeDtypeStruct(x.shape, x.dtype))
+    with pytest.raises(Exception, match="built without its CUDA kernels .*nvcc.*backend='tilelang'"):
+        jax.block_until_ready(jax.jit(call)(x))
