@@ -57,6 +57,12 @@ def resolve(backend: str | None) -> str:
         )
     if _PLATFORMS_OF.get(backend) == ("cuda",) and not _has_gpu():
         raise ValueError(f"backend={backend!r} needs a GPU, and JAX sees none")
+    if backend == "cuda" and not registration.BUILT_WITH_CUDA:
+        raise ValueError(
+            "backend='cuda' needs jax_camp's CUDA kernels, and this install was built without "
+            "them (nvcc was not found when it was built, or JAX_CAMP_CUDA=OFF): reinstall it "
+            "where nvcc is found (pip install .), or use backend='tilelang' or 'xla'"
+        )
     return backend
 
 
@@ -122,12 +128,6 @@ def _lowering(spec: OpSpec, ctx, *operands, backend: str):
                 f"backend={backend!r} needs {needs}, but this computation is lowered for "
                 f"{platform!r}; use backend=None for the platform's own kernels"
             )
-    if backend == "cuda" and not registration.BUILT_WITH_CUDA:
-        raise ValueError(
-            "backend='cuda' needs jax_camp's CUDA kernels, and this install was built without "
-            "them (nvcc was not found when it was built, or JAX_CAMP_CUDA=OFF): reinstall it "
-            "where nvcc is found (pip install .), or use backend='tilelang' or 'xla'"
-        )
     call = functools.partial(sharding.partitioned_call, _local_kernel_call, spec, backend)
     return mlir.lower_fun(call, multiple_results=False)(ctx, *operands)
 

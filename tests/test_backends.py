@@ -83,14 +83,14 @@ def test_cpu_backend_lowered_for_gpu_says_so():
         jax.jit(functools.partial(jax_camp.softmax, backend="cpu"))(jnp.ones((2, 8)))
 
 
-def test_cuda_backend_of_a_build_without_cuda_says_so(monkeypatch):
-    # As on a GPU machine whose jax_camp was built without nvcc: lowered for the GPU, an
-    # explicit backend="cuda" is a clear error, not XLA's missing custom call target.
+@pytest.mark.parametrize("op", OPS)
+def test_cuda_backend_of_a_build_without_cuda_says_so(monkeypatch, op):
+    # As on a GPU machine whose jax_camp was built without nvcc: an explicit backend="cuda"
+    # is a clear error when traced, not XLA's missing custom call target.
     monkeypatch.setattr(registration, "BUILT_WITH_CUDA", False)
     monkeypatch.setattr(backends, "_has_gpu", lambda: True)
-    f = jax.jit(functools.partial(jax_camp.softmax, backend="cuda"))
     with pytest.raises(ValueError, match="backend='cuda' needs jax_camp's CUDA kernels.*nvcc"):
-        f.trace(jnp.ones((2, 8))).lower(lowering_platforms=("cuda",))
+        jax.jit(functools.partial(OPS[op], backend="cuda")).trace(jnp.ones((2, 8)))
 
 
 def test_default_backend_lowers_for_either_platform():
