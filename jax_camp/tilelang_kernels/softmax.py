@@ -72,8 +72,6 @@ every op a builder serves, and TileLang names the CUDA kernel
 # No ``from __future__ import annotations`` here: TileLang evaluates a string
 # annotation against the names the function's body uses, and the prim_funcs'
 # signatures below name m_, n and dtype, which their bodies do not.
-import math
-
 import tilelang.language as T
 from tvm import tirx
 
@@ -81,7 +79,10 @@ from jax_camp.tilelang_kernels._rows import (
     ACCUM, RowTile, column_tiles, row_layout, row_tiles, vector_elements,
 )
 
-LOG2E = math.log2(math.e)
+
+def exp(t):
+    """e**t on the special function unit: CUDA's __expf, 2**(t * log2(e)) by ex2.approx."""
+    return T.__exp(t)
 
 
 def row_softmax_program(
@@ -89,8 +90,9 @@ def row_softmax_program(
 ) -> tirx.PrimFunc:
     """The forward kernel ``name``: softmax over (M, N) rows of any M, N, X to Y, by ``tile``.
 
-    Pass 2 stores ``write(shifted, log2_sum)`` for each element: its output
-    in float32 from shifted = x - m and log2(s), its row's normalizer in base 2.
+    Pass 2 stores ``write(shifted, e, log_sum, inv_sum)`` for each element:
+    its output in float32 from shifted = x - m, e = exp(x - m), and its row's
+    log(s) and 1/s. A formula that ignores e costs no exponential.
     With ``masked_out`` given the kernel is a masked one, X, Mask to Y: Mask is
     uint8, nonzero where an element takes part, and pass 2 stores
     ``masked_out`` for the elements it masks out.
@@ -115,11 +117,20 @@ def row_softmax_program(
             if masked:
                 x[i, j] = T.if_then_else(keep[i, j] != 0, x[i, j], neg_inf)
 
-    # Pass 2 on tile kb, in x_tile (and keep): each element's output, stored to Y.
+    # Pass 2 on tile kb, loaded into x (and keep): each element's output, stored to Y. A
+    # resident row passes the exponentials pass 1 kept in ``kept_exp``; a streamed one None.
     @T.macro
-    def normalize(Y, bx, kb, x_tile, keep, row_max, log2_sum, out):
+    def normalize(Y, bx, kb, x, kept_exp, keep, row_max, log_sum, inv_sum, out):
         for i, j in T.Parallel(rows, cols):
-            out[i, j] = T.cast(write(T.cast(x_tile[i, j], ACCUM) - row_max[i], log2_sum[i]), dtype)
+            if kept_exp is None:
+                out[i, j] = T.cast(
+                    write(x[i, j] - row_max[i], exp(x[i, j] - row_max[i]), log_sum[i], inv_sum[i]),
+                    dtype,
+                )
+            else:
+                out[i, j] = T.cast(
+                    write(x[i, j] - row_max[i], kept_exp[i, j], log_sum[i], inv_sum[i]), dtype
+                )
             if masked:
                 # Whatever write() gave, the NaN of a fully masked row too.
                 out[i, j] = T.if_then_else(keep[i, j] != 0, out[i, j], T.cast(masked_out, dtype))
@@ -134,7 +145,8 @@ def row_softmax_program(
             x_tile, x, scaled, out = row_tiles(tile, dtype, ACCUM, ACCUM, dtype)
             row_max = T.alloc_fragment((rows,), ACCUM)
             row_sum = T.alloc_fragment((rows,), ACCUM)
-            log2_sum = T.alloc_fragment((rows,), ACCUM)
+            log_sum = T.alloc_fragment((rows,), ACCUM)
+            inv_sum = T.alloc_fragment((rows,), ACCUM)
             per_element = [x_tile, x, scaled, out]
             if not tile.resident:
                 # The streamed rows' per-element (max, sum) pairs.
@@ -148,27 +160,28 @@ def row_softmax_program(
 
             if tile.resident:
                 # The row is one tile: its maximum, then the sum of exp(x - max),
-                # and pass 2 writes from the registers pass 1 loaded.
+                # whose terms stay in ``scaled`` for pass 2.
                 load(X, Mask, bx, 0, x_tile, keep, x)
                 T.reduce_max(x, row_max, dim=1)
                 for i, j in T.Parallel(rows, cols):
-                    scaled[i, j] = T.exp2((x[i, j] - row_max[i]) * LOG2E)
+                    scaled[i, j] = exp(x[i, j] - row_max[i])
                 T.reduce_sum(scaled, row_sum, dim=1)
             else:
-                # Pass 1: each element's rolling (max, sum) pair, one exp2 per x.
+                # Pass 1: each element's rolling (max, sum) pair. Either update takes
+                # exp(-|x - m|), so one exponential a value serves both.
                 T.fill(lane_max, neg_inf)
                 T.fill(lane_sum, 0.0)
                 for kb in T.Serial(column_tiles(tile, n)):
                     load(X, Mask, bx, kb, x_tile, keep, x)
                     for i, j in T.Parallel(rows, cols):
+                        scaled[i, j] = exp(-T.abs(x[i, j] - lane_max[i, j]))
                         lane_sum[i, j] = T.if_then_else(
                             x[i, j] == neg_inf,
                             lane_sum[i, j],
                             T.if_then_else(
                                 x[i, j] > lane_max[i, j],
-                                lane_sum[i, j] * T.exp2((lane_max[i, j] - x[i, j]) * LOG2E)
-                                + 1.0,
-                                lane_sum[i, j] + T.exp2((x[i, j] - lane_max[i, j]) * LOG2E),
+                                lane_sum[i, j] * scaled[i, j] + 1.0,
+                                lane_sum[i, j] + scaled[i, j],
                             ),
                         )
                         lane_max[i, j] = T.max(lane_max[i, j], x[i, j])
@@ -179,23 +192,22 @@ def row_softmax_program(
                     scaled[i, j] = T.if_then_else(
                         lane_sum[i, j] == 0.0,
                         0.0,
-                        lane_sum[i, j] * T.exp2((lane_max[i, j] - row_max[i]) * LOG2E),
+                        lane_sum[i, j] * exp(lane_max[i, j] - row_max[i]),
                     )
                 T.reduce_sum(scaled, row_sum, dim=1)
-            # A row of -inf ends with sum 0 (or, resident, NaN): log2 gives -inf or NaN
-            # and pass 2 then computes NaN, jax's answer for it.
+            # A row of -inf ends with sum 0 (or, resident, NaN): pass 2 then computes
+            # -inf - -inf = NaN, jax's answer for it.
             for i in T.Parallel(rows):
-                log2_sum[i] = T.log2(row_sum[i])
+                log_sum[i] = T.log(row_sum[i])
+                inv_sum[i] = 1.0 / row_sum[i]
 
             if tile.resident:
-                normalize(Y, bx, 0, x_tile, keep, row_max, log2_sum, out)
+                normalize(Y, bx, 0, x, scaled, keep, row_max, log_sum, inv_sum, out)
             else:
                 # Pass 2 reads the row again.
                 for kb in T.Serial(column_tiles(tile, n)):
-                    T.copy(X[bx * rows, kb * cols], x_tile)
-                    if masked:
-                        T.copy(Mask[bx * rows, kb * cols], keep)
-                    normalize(Y, bx, kb, x_tile, keep, row_max, log2_sum, out)
+                    load(X, Mask, bx, kb, x_tile, keep, x)
+                    normalize(Y, bx, kb, x, None, keep, row_max, log_sum, inv_sum, out)
 
     # A prim_func's parameters are its Python signature, so the two kernels
     # have a signature each, around the one body.
@@ -267,9 +279,9 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
     return reduce_then_write.with_attr("global_symbol", name)
 
 
-def normalized(shifted, log2_sum):
-    """softmax's output exp(x - m) / s, from shifted = x - m and log2(s), in base 2."""
-    return T.exp2(shifted * LOG2E - log2_sum)
+def normalized(shifted, e, log_sum, inv_sum):
+    """softmax's output exp(x - m) / s: e times the row's 1/s."""
+    return e * inv_sum
 
 
 def softmax_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
