@@ -5,10 +5,9 @@ y = (x - m) - log(s). The kernel is softmax's (``row_softmax_program`` in
 softmax.py), with the same tile for each row length: a resident row is read once
 into registers, for m and then s; a streamed one is read tile by tile, keeping a
 rolling (m, s) pair per element, merged once per row. Either way pass 1 ends
-with m and log2(s), and only pass 2 differs. softmax
-writes exp2((x - m) * log2(e) - log2(s)); log_softmax stops before the
-exponential and writes (x - m) - log2(s) * ln(2), turning the kernel's base-2
-log of s into the natural one (log(s) = log2(s) * ln(2) = log2(s) / log2(e)).
+with m, log(s) and 1/s, and only pass 2 differs: softmax writes
+exp(x - m) * (1/s); log_softmax takes no exponential there and writes
+(x - m) - log(s).
 
 Why a log-probability of -1000 stays finite: log(softmax(x)) would first form
 exp(-1000), which float32 cannot hold (anything below about -104 rounds to 0),

@@ -6,18 +6,20 @@ when a call is traced, and its code takes one of two shapes:
 Resident rows (up to 16384 elements, 16-byte aligned). The block's tile is as
 wide as the row, so one ``T.copy`` brings the whole row into registers, and
 everything after reads it there: ``T.reduce_max`` for the row maximum m,
-``T.reduce_sum`` of exp(x - m) for s, then each element's y = exp(x - m - log(s))
-written back. x is read from memory once and y written once, the least any
-softmax can move. A short row leaves a block room for several rows (8 rows of
+``T.reduce_sum`` of e = exp(x - m) for s, then each element's y = e * (1/s)
+written back, from the e that pass 1 summed and kept. x is read from memory once
+and y written once, the least any softmax can move, with one exponential a
+value. A short row leaves a block room for several rows (8 rows of
 128), so that no thread is idle.
 
 Streamed rows (longer, or short and unaligned), online softmax. Pass 1 reads
 the row tile by tile and keeps a rolling log-sum-exp as two numbers: ``m``,
 the largest x seen so far, and ``s``, the sum of exp(x - m) over what was seen.
 When a new x raises the maximum, the old sum is rescaled by exp(m_old - x) and
-x adds 1; otherwise x adds exp(x - m). So one pass gives the normalizer a plain
+x adds 1; otherwise x adds exp(x - m). Both factors are exp(-|x - m|), so one
+exponential serves either case. So one pass gives the normalizer a plain
 softmax needs two passes for (max, then sum). Pass 2 reads the row again and
-writes y = exp(x - m - log(s)).
+writes y = exp(x - m) * (1/s).
 
 Every element of the tile fragment keeps its own (m, s) pair across the
 ``T.Serial`` loop, so pass 1 needs no communication between threads at all;
@@ -26,11 +28,18 @@ maximum M, then ``T.reduce_sum`` of s * exp(m - M)), as reduce_sum folds its
 accumulator once. Merging once per tile instead would cost two block-wide
 reductions, with their barriers, per tile.
 
-exp2 and log2 instead of exp and log: the GPU's special function unit
-computes 2**t and log2(t) natively, and exp(t) is exp2(t * log2(e)) anyway, so
-the kernel works in base 2 throughout. The difference x - m is formed first,
-in the units of x, and only then scaled: for logits near 1e3, x * log2(e)
-would already have lost the last digits that x - m keeps exactly.
+One fast exponential a value. The GPU's special function unit computes 2**t
+natively (MUFU.EX2), and e**t is 2**(t * log2(e)): ``exp`` below is CUDA's
+__expf, that one multiply and one ex2.approx, where an accurate expf takes
+about ten instructions. For 16-bit inputs a softmax moves so few bytes a
+value that a second exponential, or a slow one, costs as much time as the
+memory does, so each value gets exactly one: pass 1's e is kept for pass 2
+where the row stays in registers, and the log and the reciprocal of s are
+taken once a row. The difference x - m is formed first, in the units of x,
+and only then scaled: for logits near 1e3, x * log2(e) would already have
+lost the last digits that x - m keeps exactly. x - m <= 0, so e never
+overflows; an e below float32's normal range (x - m < -87) flushes to 0,
+where the output would be below 1e-38 anyway.
 
 Masking and special values, as jax.nn.softmax: out-of-range columns of a
 partial tile load as 0, which is wrong for a maximum (a row of negative logits
@@ -47,8 +56,7 @@ with X's, in X's layout, so a thread holds the mask bytes of its own elements
 (on aligned rows in vectors too, of one byte per element of X's vector).
 Pass 1 turns a masked-out element into -inf, as it does a column past the row's
 end: it enters neither the max nor the sum, and a NaN or +inf there changes
-nothing. Pass 2 stores 0 for it, jax's answer, whatever x - m and log2(s) would
-give. So the kept elements come out as a row of them alone would (all -inf:
+nothing. Pass 2 stores 0 for it, jax's answer, whatever e / s would give. So the kept elements come out as a row of them alone would (all -inf:
 NaN, as in jax), and a fully masked row, which has no kept element and s = 0,
 comes out all 0, never NaN.
 
