@@ -28,6 +28,7 @@ from harness import cases as C  # noqa: E402
 from harness import report, runner  # noqa: E402
 from harness.checks import DEVICE_REFERENCE, NUMPY_REFERENCE  # noqa: E402
 from harness.markdown import markdown_report  # noqa: E402
+from harness.merge import MergeError, merge_reports  # noqa: E402
 from harness.plot import EXTRA_HINT, draw_plot, plotting_available  # noqa: E402
 from harness.timing import CPU_SETTINGS, GPU_SETTINGS, Settings  # noqa: E402
 
@@ -55,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", dest="json_path", default=None, help="write the report here")
     p.add_argument("--plot", dest="plot_path", default=None, help="draw bandwidth per shape here (PNG)")
     p.add_argument("--markdown", dest="markdown_path", default=None, help="write the summary and case tables here")
-    p.add_argument("--from-json", default=None, help="run nothing: print (and --plot) a saved report")
+    p.add_argument("--from-json", default=None,
+                   help="run nothing: print (and --plot, --markdown, --json) a saved report, or several "
+                        "of one build, comma-separated, as one")
     p.add_argument("--repeats", type=int, default=None, help="samples per implementation (at least 5 by default)")
     p.add_argument("--sample-ms", type=float, default=None, help="a sample lasts at least this long")
     p.add_argument("--seed", type=int, default=None, help="input seed (default: from the clock; printed)")
@@ -97,7 +100,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.plot_path and not plotting_available():
         parser.error(EXTRA_HINT)
     if args.from_json:
-        return replay(args.from_json, args.plot_path, args.markdown_path)
+        paths = [path for path in args.from_json.split(",") if path.strip()]
+        try:
+            return replay(paths, args.plot_path, args.markdown_path, args.json_path)
+        except MergeError as error:
+            print(f"error: --from-json: {error}", file=sys.stderr)
+            return 2
     dtypes = [d for d in args.dtype.split(",") if d]
     if not dtypes or any(d not in C.DTYPES for d in dtypes):
         parser.error(f"--dtype {args.dtype!r}: choose from {', '.join(C.DTYPES)}")
@@ -175,16 +183,18 @@ def finish(rows: list[report.Row], meta: dict[str, Any], args: argparse.Namespac
     return 1 if failures else 0
 
 
-def replay(path: str, plot_path: str | None, markdown_path: str | None) -> int:
-    """The tables, the PNG and the Markdown of a saved report, e.g. one written on a machine
-    without matplotlib."""
-    saved = json.loads(Path(path).read_text())
-    rows = [report.Row(**r) for r in saved["rows"]]
+def replay(paths: Sequence[str], plot_path: str | None, markdown_path: str | None,
+           json_path: str | None = None) -> int:
+    """The tables, the PNG, the Markdown and the JSON of saved reports, e.g. of a run written on
+    a machine without matplotlib, or of a matrix run in parts (harness/merge.py), as one."""
+    saved, rows = merge_reports([(path, json.loads(Path(path).read_text())) for path in paths])
+    if json_path:
+        report.write_json(json_path, saved, rows)
     if plot_path and saved.get("ceiling"):
         draw_plot(plot_path, rows, saved["ceiling"]["tbps"], plot_title(saved))
     if markdown_path:
         Path(markdown_path).write_text(markdown_report(rows, saved))
-    report.print_report(rows, saved, saved.get("elapsed_s", 0.0), None, plot_path)
+    report.print_report(rows, saved, saved.get("elapsed_s", 0.0), json_path, plot_path)
     return 0
 
 

@@ -83,6 +83,44 @@ def test_markdown_report_from_a_saved_run(run_ops, tmp_path: Path, capsys) -> No
     assert "run " + rep["date"] in capsys.readouterr().out  # the printed report names its run
 
 
+def test_a_matrix_run_in_parts_reads_as_one(run_ops, tmp_path: Path, capsys) -> None:
+    """Reports of two --op subsets of one build merge into one report, in which a case that one
+    part left "not run" (--time-limit) is the other part's measurement; a case measured twice,
+    and parts of two builds, are refused."""
+    parts = {}
+    for name, args in (("a", ["--op", "copy,reduce_sum"]), ("cut", ["--op", "softmax", "--time-limit", "0"]),
+                       ("b", ["--op", "softmax"])):
+        parts[name] = tmp_path / f"{name}.json"
+        assert run_ops.main([*args, "--mode", "bench", *TINY, "--json", str(parts[name])]) == 0
+    a, cut, b = (json.loads(parts[name].read_text()) for name in ("a", "cut", "b"))
+    assert cut["rows"] and all(r["skipped"] for r in cut["rows"])
+
+    merged, md = tmp_path / "merged.json", tmp_path / "merged.md"
+    rc = run_ops.main(["--from-json", f"{parts['a']},{parts['cut']},{parts['b']}",
+                       "--json", str(merged), "--markdown", str(md)])
+    assert rc == 0
+    rep = json.loads(merged.read_text())
+
+    def key(r):
+        return r["op"], r["shape"], r["dtype"], r["backend"], r["kind"]
+
+    assert [key(r) for r in rep["rows"]] == [key(r) for r in a["rows"] + b["rows"]]
+    assert [r["bench"]["median_us"] for r in rep["rows"]] == [
+        r["bench"]["median_us"] for r in a["rows"] + b["rows"]]
+    assert {(s["op"], s["not_run"]) for s in rep["summary"]} == {
+        ("copy", 0), ("reduce_sum", 0), ("softmax", 0)}
+    assert a["command"] in rep["command"] and b["command"] in rep["command"]
+    assert rep["commit"] == a["commit"] and rep["parts"] == [str(parts[n]) for n in ("a", "cut", "b")]
+    assert "| copy | float32 | cpu |" in md.read_text() and "| softmax | float32 | cpu |" in md.read_text()
+
+    assert run_ops.main(["--from-json", f"{parts['b']},{parts['b']}"]) == 2
+    assert "was measured in both" in capsys.readouterr().err
+    other_build = tmp_path / "other.json"
+    other_build.write_text(json.dumps({**b, "commit": "0" * 40}))
+    assert run_ops.main(["--from-json", f"{parts['a']},{other_build}"]) == 2
+    assert "not one build: commit" in capsys.readouterr().err
+
+
 def test_plot_without_matplotlib_is_an_error_naming_the_extra(run_ops, monkeypatch, capsys, tmp_path) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now raises ImportError
     with pytest.raises(SystemExit) as exit_info:
