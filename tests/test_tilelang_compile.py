@@ -8,7 +8,8 @@ source. Every configuration the bridge can pick is compiled: each row kernel
 by every tile of ``_rows.all_tiles``. Either way the CUDA source is checked:
 the copy and vector_add kernels must move their full tiles with 128-bit vector
 loads and stores, and the row kernels, on 16-byte aligned rows (every resident
-tile), load their operands 128 bits at a time.
+tile), load their operands 128 bits at a time; softmax's and log_softmax's forwards take one
+fast exponential a value a pass.
 """
 
 from __future__ import annotations
@@ -138,6 +139,24 @@ def test_aligned_row_kernels_load_128_bit_vectors(
         assert re.search(STORE_128.format(buf=buf), source, re.M), (
             f"no 128-bit store to {buf} in the aligned {op} {dtype} {tile.name} kernel:\n{source}"
         )
+
+
+# The __expf calls in each forward's CUDA, for a resident tile and a streamed one: a resident
+# row takes its exponentials in pass 1 and keeps them for pass 2; a streamed one takes them in
+# pass 1, in merging its lanes' sums, and, for softmax, in pass 2 when it reads the row again.
+EXP_CALLS = {"softmax": (1, 3), "softmax_masked": (1, 3), "log_softmax": (1, 2), "log_softmax_masked": (1, 2)}
+FORWARD_CASES = [case for case in CASES if case[0] in EXP_CALLS]
+
+
+@pytest.mark.parametrize("op, dtype, tile", FORWARD_CASES, ids=map(_case_id, FORWARD_CASES))
+def test_forwards_take_one_fast_exponential_a_value_a_pass(sources, op: str, dtype: str, tile: RowTile) -> None:
+    """Every exponential is __expf (a multiply and ex2.approx), none the accurate expf or exp2f,
+    several instructions longer, and a pass computes each value's once."""
+    source = sources[(op, dtype, tile)].result()
+    accurate = re.findall(r"\b(?:expf|exp2f|exp|exp2)\(", source)
+    assert not accurate, f"{accurate} in the {op} {dtype} {tile.name} kernel:\n{source}"
+    resident, streamed = EXP_CALLS[op]
+    assert len(re.findall(r"__expf\(", source)) == (resident if tile.resident else streamed), source
 
 
 def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:
