@@ -6,9 +6,9 @@ One module per op, each a tile program readable on its own:
 * ``vector_add``: element-wise add in a ``T.Parallel`` loop.
 * ``reduce_sum``: ``T.Serial`` over column tiles, ``T.reduce_sum`` at the end.
 * ``softmax``: a row held in registers (max, sum, write) or streamed (online
-  softmax, a rolling log-sum-exp, one exponential a value), with where='s mask
-  or without,
-  and its backward, each written once as a builder of element formulas.
+  softmax, a rolling log-sum-exp), one exponential a value, with where='s mask
+  or without, and its backward, each written once as a builder of element
+  formulas.
 * ``log_softmax``: softmax's programs with its own formulas: the forward
   (masked or not), its backward and its forward-mode tangent.
 
