@@ -32,9 +32,9 @@ from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
-    CLUSTER_BLOCK_THREADS, ITEMSIZE, MAX_CLUSTER_BLOCK_VALUES, MAX_CLUSTER_BLOCKS,
-    MIN_RESIDENT_COLS, RESIDENT_LIMIT, RowTile, all_tiles, cluster_limit, has_clusters,
-    long_row_tile, row_tile, short_unaligned_tile, thread_and_slot,
+    CLUSTER_BLOCK_THREADS, CLUSTER_LIMIT, ITEMSIZE, MAX_CLUSTER_BLOCK_COLS, MAX_CLUSTER_BLOCKS,
+    MIN_RESIDENT_COLS, RESIDENT_LIMIT, RowTile, all_tiles, has_clusters, long_row_tile, row_tile,
+    short_unaligned_tile, thread_and_slot,
 )
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
@@ -45,7 +45,7 @@ CASES = [
     (op, dtype, tile)
     for op, kernel in bridge.OPS.items()
     for dtype in DTYPES
-    for tile in (all_tiles(dtype, kernel.cluster_operands) if kernel.spec.along_rows else (None,))
+    for tile in (all_tiles(dtype, kernel.takes_cluster_tiles) if kernel.spec.along_rows else (None,))
 ]
 ROW_CASES = [case for case in CASES if case[2] is not None and case[2].aligned]
 # A 128-bit access in TileLang's CUDA is a global buffer offset cast to one of
@@ -169,17 +169,16 @@ SHARED_BUFFER = re.compile(r"void\* (\w+) = \(\(void\*\)\(\(char\*\)buf_dyn_shme
 
 
 @pytest.mark.parametrize("op, dtype, tile", CLUSTER_CASES, ids=map(_case_id, CLUSTER_CASES))
-def test_cluster_kernels_keep_the_blocks_parts_apart(sources, op: str, dtype: str, tile: RowTile) -> None:
-    """The other blocks of a cluster write their sums (a forward's (max, sum) pair, a
-    derivative's dot product) into a block's ``parts`` while it may still be reducing its own
-    part, so no other shared buffer may be given any of its memory: TileLang's planner, which
-    sees only this block's accesses, must have put it apart from every other one."""
+def test_cluster_kernels_keep_the_blocks_pairs_apart(sources, op: str, dtype: str, tile: RowTile) -> None:
+    """The other blocks of a cluster write their (max, sum) pairs into a block's ``parts``
+    while it may still be reducing its own part, so no other shared buffer may be given any
+    of its memory: TileLang's planner, which sees only this block's accesses, must have put
+    it apart from every other one."""
     source = sources[(op, dtype, tile)].result()
     offsets = {name: int(offset) for name, offset in SHARED_BUFFER.findall(source)}
     parts = offsets.pop("parts")
-    parts_bytes = tile.cluster * (2 if op in EXP_CALLS else 1) * 4
     assert "map_shared_rank" in source and "cluster_sync" in source, source
-    assert parts == 0 and all(o >= parts_bytes for o in offsets.values()), offsets
+    assert parts == 0 and all(o >= tile.cluster * 2 * 4 for o in offsets.values()), offsets
 
 
 def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:
@@ -212,28 +211,23 @@ def test_rows_that_fit_are_resident(dtype: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("operands", [1, 2])
-def test_long_aligned_rows_take_a_cluster_where_a_kernel_can(dtype: str, operands: int) -> None:
-    """For a kernel that holds ``operands`` operands over a cluster, aligned rows past
-    RESIDENT_LIMIT up to its cluster_limit are held by the fewest blocks of a cluster that
-    hold the next power of two, each block at most MAX_CLUSTER_BLOCK_VALUES of its operands;
-    longer or unaligned rows are streamed; a kernel that takes none is never given one."""
+def test_long_aligned_rows_take_a_cluster_where_a_kernel_can(dtype: str) -> None:
+    """For a kernel that takes cluster tiles, aligned rows past RESIDENT_LIMIT up to
+    CLUSTER_LIMIT are held by the fewest blocks of a cluster that hold the next power of two,
+    each block at most MAX_CLUSTER_BLOCK_COLS; longer or unaligned rows are streamed; a kernel
+    that takes none is never given one."""
     vec = 16 // ITEMSIZE[dtype]
-    limit = cluster_limit(operands)
-    tiles = all_tiles(dtype, operands)
-    lengths = (RESIDENT_LIMIT + vec, 20_000, 32_768, 40_000, 65_544, 131_072, 200_000, 262_144)
-    for n in (n for n in lengths if n <= limit):
-        tile = row_tile(n, dtype, operands)
+    tiles = all_tiles(dtype, clusters=True)
+    for n in (RESIDENT_LIMIT + vec, 20_000, 32_768, 40_000, 65_544, 131_072, 200_000, CLUSTER_LIMIT):
+        tile = row_tile(n, dtype, clusters=True)
         assert tile in tiles and tile.cluster > 1 and tile.resident, (n, tile)
-        assert tile.cluster <= MAX_CLUSTER_BLOCKS
-        assert tile.cols * operands <= MAX_CLUSTER_BLOCK_VALUES, (n, tile)
+        assert tile.cluster <= MAX_CLUSTER_BLOCKS and tile.cols <= MAX_CLUSTER_BLOCK_COLS
         assert tile.threads == CLUSTER_BLOCK_THREADS and tile.rows == 1
         assert tile.cluster * tile.cols >= n > tile.cluster * tile.cols // 2, (n, tile)
         assert row_tile(n, dtype) == long_row_tile(dtype, True)
-    assert limit == 262_144 // operands
-    assert row_tile(limit + vec, dtype, operands) == long_row_tile(dtype, True)
-    assert row_tile(RESIDENT_LIMIT + vec + 1, dtype, operands) == long_row_tile(dtype, False)
-    assert row_tile(RESIDENT_LIMIT, dtype, operands) == row_tile(RESIDENT_LIMIT, dtype)
+    assert row_tile(CLUSTER_LIMIT + vec, dtype, clusters=True) == long_row_tile(dtype, True)
+    assert row_tile(RESIDENT_LIMIT + vec + 1, dtype, clusters=True) == long_row_tile(dtype, False)
+    assert row_tile(RESIDENT_LIMIT, dtype, clusters=True) == row_tile(RESIDENT_LIMIT, dtype)
     assert all(tile.cluster == 1 for tile in all_tiles(dtype))
 
 
@@ -249,7 +243,7 @@ def test_row_layout_gives_each_element_its_own_register(dtype: str) -> None:
     fills each thread's slots evenly, and gives a thread's 16-byte run one vector's
     consecutive slots, so a run loads with one 128-bit access."""
     vec = 16 // ITEMSIZE[dtype]
-    for tile in all_tiles(dtype, cluster_operands=1):
+    for tile in all_tiles(dtype, clusters=True):
         places = {}
         for i in range(tile.rows):
             for j in range(tile.cols):
@@ -267,5 +261,5 @@ def test_every_configuration_has_its_own_target_name() -> None:
     """The bridge registers each (op, dtype, tile) under a name made of the three, so two tiles
     of one dtype with one name would run one's kernel for the other's shapes."""
     for dtype in DTYPES:
-        names = [tile.name for tile in all_tiles(dtype, cluster_operands=1)]
+        names = [tile.name for tile in all_tiles(dtype, clusters=True)]
         assert len(set(names)) == len(names), names

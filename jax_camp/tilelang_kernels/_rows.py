@@ -8,13 +8,12 @@ is one compile, which serves every N it is picked for:
   the row (the power of two at or above N, at least MIN_RESIDENT_COLS), so a block reads a row
   from memory once and keeps it in registers for every pass a kernel makes. Each thread holds
   a few 16-byte vectors of it: short rows give a block up to 8 rows, long ones more threads.
-- **Clustered** rows, past RESIDENT_LIMIT, aligned, for the kernels that take them
-  (``row_tile``'s ``cluster_operands``): a row is split over a thread-block cluster of up to
+- **Clustered** rows, past RESIDENT_LIMIT up to CLUSTER_LIMIT, aligned, for the kernels that
+  take them (``row_tile``'s ``clusters``): a row is split over a thread-block cluster of up to
   MAX_CLUSTER_BLOCKS blocks (Hopper's, sm_90 on), each holding its part in registers as a
-  resident tile holds a row, so that a row too long for one block is still read once
-  (``_cluster.py`` says how the blocks combine their parts). Up to ``cluster_limit``: 262144
-  values for a kernel that holds one operand (the forwards' x), half that for one that holds
-  two (the derivatives' y and g).
+  resident tile holds a row, so that a row too long for one block is still read once. The
+  blocks of a cluster run at once, and each can write to the others' shared memory: that is
+  how they combine their parts' reductions.
 - **Long** rows, past RESIDENT_LIMIT otherwise: a block of LONG_ROW_THREADS threads a row,
   walked in tiles of 2 vectors of 16 bytes a thread; a kernel that needs a second pass reads
   the row again.
@@ -51,12 +50,12 @@ MAX_ROWS = 8
 
 # A clustered row: CLUSTER_BLOCK_THREADS threads a block, each block holding at least
 # MIN_CLUSTER_BLOCK_COLS columns (a resident tile's widest 512-thread row) and at most
-# MAX_CLUSTER_BLOCK_VALUES values of its operands together (64 float32 values a thread, what
-# registers hold), in clusters of up to MAX_CLUSTER_BLOCKS, the largest size every Hopper
-# launch may take.
+# MAX_CLUSTER_BLOCK_COLS (64 float32 values a thread, what registers hold without spilling),
+# in clusters of up to MAX_CLUSTER_BLOCKS, the largest size every Hopper launch may take.
 CLUSTER_BLOCK_THREADS = 512
-MIN_CLUSTER_BLOCK_COLS, MAX_CLUSTER_BLOCK_VALUES = 8192, 32768
+MIN_CLUSTER_BLOCK_COLS, MAX_CLUSTER_BLOCK_COLS = 8192, 32768
 MAX_CLUSTER_BLOCKS = 8
+CLUSTER_LIMIT = MAX_CLUSTER_BLOCKS * MAX_CLUSTER_BLOCK_COLS
 
 
 def vector_elements(dtype: str) -> int:
@@ -118,23 +117,18 @@ def resident_tile(cols: int, dtype: str) -> RowTile:
     return RowTile(rows, cols, threads, True, True)
 
 
-def cluster_limit(operands: int) -> int:
-    """The longest row a cluster holds for a kernel that holds ``operands`` of its operands."""
-    return MAX_CLUSTER_BLOCKS * MAX_CLUSTER_BLOCK_VALUES // operands
-
-
 def cluster_tile(n: int) -> RowTile:
-    """An aligned row of n > RESIDENT_LIMIT elements over a cluster: the fewest blocks, each of
-    the fewest columns, that hold the power of two at or above n."""
+    """An aligned row of RESIDENT_LIMIT < n <= CLUSTER_LIMIT elements over a cluster: the
+    fewest blocks, each of the fewest columns, that hold the power of two at or above n."""
     row = 1 << (n - 1).bit_length()
     blocks = min(MAX_CLUSTER_BLOCKS, row // MIN_CLUSTER_BLOCK_COLS)
     return RowTile(1, row // blocks, CLUSTER_BLOCK_THREADS, True, True, blocks)
 
 
-def cluster_rows(operands: int) -> tuple[int, ...]:
-    """The longest row of each cluster tile of a kernel that holds ``operands`` operands."""
+def cluster_rows() -> tuple[int, ...]:
+    """The longest row of each cluster tile."""
     rows, n = [], 2 * RESIDENT_LIMIT
-    while n <= cluster_limit(operands):
+    while n <= CLUSTER_LIMIT:
         rows.append(n)
         n *= 2
     return tuple(rows)
@@ -149,13 +143,12 @@ def resident_widths() -> tuple[int, ...]:
     return tuple(widths)
 
 
-def row_tile(n: int, dtype: str, cluster_operands: int = 0) -> RowTile:
+def row_tile(n: int, dtype: str, clusters: bool = False) -> RowTile:
     """The tile for rows of ``n`` elements of ``dtype``: resident where it can be, over a
-    cluster for a kernel that holds ``cluster_operands`` operands there (0: one that takes no
-    cluster tiles, or a GPU without clusters)."""
+    cluster where ``clusters`` (a kernel that takes cluster tiles, on a GPU that has them)."""
     aligned = is_aligned(n, dtype)
     if n > RESIDENT_LIMIT:
-        if cluster_operands and aligned and n <= cluster_limit(cluster_operands):
+        if clusters and aligned and n <= CLUSTER_LIMIT:
             return cluster_tile(n)
         return long_row_tile(dtype, aligned)
     if not aligned:
@@ -163,16 +156,11 @@ def row_tile(n: int, dtype: str, cluster_operands: int = 0) -> RowTile:
     return resident_tile(max(MIN_RESIDENT_COLS, 1 << (n - 1).bit_length()), dtype)
 
 
-def takes_cluster_tiles(operands: int):
-    """Marks a row kernel's program builder as one that holds a long row's ``operands``
-    operands over a cluster (``cluster_tile``), so that the bridge picks cluster tiles for it
-    on a GPU that has them."""
-
-    def mark(build):
-        build.cluster_operands = operands
-        return build
-
-    return mark
+def takes_cluster_tiles(build):
+    """Marks a row kernel's program builder as one that holds a long row over a cluster
+    (``cluster_tile``), so that the bridge picks cluster tiles for it on a GPU that has them."""
+    build.takes_cluster_tiles = True
+    return build
 
 
 def has_clusters(arch: str) -> bool:
@@ -180,14 +168,12 @@ def has_clusters(arch: str) -> bool:
     return int(arch.removeprefix("sm_").rstrip("af")) >= 90
 
 
-def all_tiles(dtype: str, cluster_operands: int = 0) -> tuple[RowTile, ...]:
-    """Every tile ``row_tile`` can pick for ``dtype`` (and ``cluster_operands``): what a
-    compile of every configuration compiles."""
+def all_tiles(dtype: str, clusters: bool = False) -> tuple[RowTile, ...]:
+    """Every tile ``row_tile`` can pick for ``dtype`` (and ``clusters``): what a compile of
+    every configuration compiles."""
     tiles = (short_unaligned_tile(dtype), long_row_tile(dtype, False), long_row_tile(dtype, True),
              *(resident_tile(cols, dtype) for cols in resident_widths()))
-    if not cluster_operands:
-        return tiles
-    return tiles + tuple(cluster_tile(n) for n in cluster_rows(cluster_operands))
+    return tiles + tuple(cluster_tile(n) for n in cluster_rows()) if clusters else tiles
 
 
 def column_tiles(tile: RowTile, n):

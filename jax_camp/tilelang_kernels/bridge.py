@@ -53,7 +53,7 @@ class TileLangKernel(NamedTuple):
 
     spec: OpSpec
     program: Callable[[str, RowTile | None], tirx.PrimFunc]  # the tile program for (dtype, tile)
-    cluster_operands: int = 0  # operands a cluster holds a long row of (0: no cluster tiles)
+    takes_cluster_tiles: bool = False  # a row kernel that holds long rows over a cluster
 
 
 def _kernel_of(spec: OpSpec) -> TileLangKernel:
@@ -61,7 +61,7 @@ def _kernel_of(spec: OpSpec) -> TileLangKernel:
     module = importlib.import_module(f"jax_camp.tilelang_kernels.{spec.tilelang_module}")
     build = getattr(module, f"{spec.name}_program")
     if spec.along_rows:
-        return TileLangKernel(spec, build, getattr(build, "cluster_operands", 0))
+        return TileLangKernel(spec, build, getattr(build, "takes_cluster_tiles", False))
     # The flat kernels have one configuration: they find their full tiles themselves.
     return TileLangKernel(spec, lambda dtype, tile: build(dtype))
 
@@ -138,8 +138,8 @@ def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
     if spec.along_rows:
         kernel_shape = (math.prod(shape[:-1]), shape[-1])
         target = compile_target()
-        clusters = target is not None and has_clusters(target["arch"])
-        tile = row_tile(shape[-1], dtype, kernel.cluster_operands if clusters else 0)
+        clusters = kernel.takes_cluster_tiles and target is not None and has_clusters(target["arch"])
+        tile = row_tile(shape[-1], dtype, clusters)
     else:
         kernel_shape = (math.prod(shape),)
         tile = None

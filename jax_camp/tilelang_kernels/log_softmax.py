@@ -64,13 +64,13 @@ def log_normalized(shifted, e, log_sum, inv_sum):
     return shifted - log_sum
 
 
-@takes_cluster_tiles(operands=1)
+@takes_cluster_tiles
 def log_softmax_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """The forward log_softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
     return row_softmax_program("log_softmax", dtype, tile, write=log_normalized)
 
 
-@takes_cluster_tiles(operands=1)
+@takes_cluster_tiles
 def log_softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """log_softmax(X, where=Mask): Mask is uint8, nonzero where an element takes part.
 
@@ -81,7 +81,6 @@ def log_softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     )
 
 
-@takes_cluster_tiles(operands=2)
 def log_softmax_backward_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """Reverse mode: dX = G - exp(Yv) * sum(G) per row, from the forward's output Yv."""
     return reduce_then_write_program(
@@ -91,7 +90,6 @@ def log_softmax_backward_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     )
 
 
-@takes_cluster_tiles(operands=2)
 def log_softmax_tangent_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """Forward mode: the tangent out = t - sum(exp(Yv) * t) per row, t coming in as G."""
     return reduce_then_write_program(

@@ -84,7 +84,6 @@ every op a builder serves, and TileLang names the CUDA kernel
 import tilelang.language as T
 from tvm import tirx
 
-from jax_camp.tilelang_kernels._cluster import share, share_buffers, start_sharing
 from jax_camp.tilelang_kernels._rows import (
     ACCUM, RowTile, column_tiles, row_layout, row_tiles, takes_cluster_tiles, vector_elements,
 )
@@ -148,15 +147,22 @@ def row_softmax_program(
         T.copy(out, Y[row0, col0])
 
     # A clustered row: each block of the cluster holds one part of it, and has reduced it
-    # to its part's maximum m and its sum s of exp(x - m). The blocks share their (m, s)
-    # pairs (_cluster.py), and each merges them as the streamed rows merge theirs, into the
-    # row's maximum M and sum S. Its kept exponentials are exp(x - m): pass 2 scales them by
-    # exp(m - M) / S.
+    # to its part's maximum m and its sum s of exp(x - m). Each block writes its (m, s) into
+    # slot ``part`` of every block's ``parts``, in their shared memory; once all have, each
+    # block merges the pairs as the streamed rows merge theirs, into the row's maximum M and
+    # sum S. Its kept exponentials are exp(x - m): pass 2 scales them by exp(m - M) / S.
     @T.macro
     def combine_parts(part, mine, parts, row_max, row_sum, log_sum, inv_sum):
         mine[0] = row_max[0]
         mine[1] = row_sum[0]
-        share(part, mine, parts)
+        T.cluster_wait()  # every block of the cluster has started and zeroed its parts
+        for block in T.serial(tile.cluster):
+            T.copy_cluster(mine, parts[part, 0:2], dst_block=block)
+        # The cluster barrier's inline assembly does not order memory for the compiler;
+        # __syncthreads does, so the stores above are issued before it, the loads below after.
+        T.sync_threads()
+        T.cluster_sync()  # every block's pair has arrived
+        T.sync_threads()
         total_max = T.alloc_var(ACCUM, init=neg_inf)
         total_sum = T.alloc_var(ACCUM, init=0.0)
         for block in T.serial(tile.cluster):
@@ -198,8 +204,14 @@ def row_softmax_program(
                 per_element.append(keep)
             T.annotate_layout({t: layout for t in per_element})
             if clustered:
-                mine, parts = share_buffers(tile.cluster, 2)
-                start_sharing(parts)
+                # The other blocks write into ``parts`` once they have all started: zeroed
+                # first, it is this kernel's from the start, so that no other shared buffer
+                # is given its memory.
+                mine = T.alloc_shared((2,), ACCUM)
+                parts = T.alloc_shared((tile.cluster, 2), ACCUM)
+                T.fill(parts, 0.0)
+                T.sync_threads()  # the zeros are stored before the arrival that publishes them
+                T.cluster_arrive()
 
             if tile.resident:
                 # The row (or this block's part of it) is one tile: its maximum, then the
@@ -296,56 +308,38 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     layout = row_layout(tile, dtype)
-    clustered = tile.cluster > 1
 
     @T.prim_func
     def reduce_then_write(
         Yv: T.Tensor((m_, n), dtype), G: T.Tensor((m_, n), dtype), DX: T.Tensor((m_, n), dtype)
     ):
-        with T.Kernel(
-            T.ceildiv(m_, rows) * tile.cluster, threads=tile.threads, cluster_dims=tile.cluster
-        ) as bx:
+        with T.Kernel(T.ceildiv(m_, rows), threads=tile.threads) as bx:
             if tile.aligned:
                 T.assume(n % vec == 0)
-            # The block's rows, and where its part of them starts: column 0 but in a cluster.
-            row0 = bx // tile.cluster * rows
-            part = bx % tile.cluster
             y, g, acc, dx = row_tiles(tile, dtype, dtype, ACCUM, dtype)
             dot = T.alloc_fragment((rows,), ACCUM)
             T.annotate_layout({t: layout for t in (y, g, acc, dx)})
-            if clustered:
-                mine, parts = share_buffers(tile.cluster, 1)
-                start_sharing(parts)
             T.clear(acc)
 
             # Pass 1: the row sum, element-wise partials in registers.
             for kb in T.Serial(column_tiles(tile, n)):
-                T.copy(Yv[row0, part * cols + kb * cols], y)
-                T.copy(G[row0, part * cols + kb * cols], g)
+                T.copy(Yv[bx * rows, kb * cols], y)
+                T.copy(G[bx * rows, kb * cols], g)
                 for i, j in T.Parallel(rows, cols):
                     acc[i, j] += term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM))
             T.reduce_sum(acc, dot, dim=1)
-            if clustered:
-                # This block's sum is its part's: the row's adds every block's.
-                mine[0] = dot[0]
-                share(part, mine, parts)
-                total = T.alloc_var(ACCUM, init=0.0)
-                for block in T.serial(tile.cluster):
-                    total += parts[block, 0]
-                for i in T.Parallel(rows):
-                    dot[i] = total
 
             # Pass 2: each element's output from its y, its g and the row's sum;
             # a resident row's y and g are still in registers, a streamed one is read again.
             for kb in T.Serial(column_tiles(tile, n)):
                 if not tile.resident:
-                    T.copy(Yv[row0, part * cols + kb * cols], y)
-                    T.copy(G[row0, part * cols + kb * cols], g)
+                    T.copy(Yv[bx * rows, kb * cols], y)
+                    T.copy(G[bx * rows, kb * cols], g)
                 for i, j in T.Parallel(rows, cols):
                     dx[i, j] = T.cast(
                         output(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM), dot[i]), dtype
                     )
-                T.copy(dx, DX[row0, part * cols + kb * cols])
+                T.copy(dx, DX[bx * rows, kb * cols])
 
     return reduce_then_write.with_attr("global_symbol", name)
 
@@ -355,13 +349,13 @@ def normalized(shifted, e, log_sum, inv_sum):
     return e * inv_sum
 
 
-@takes_cluster_tiles(operands=1)
+@takes_cluster_tiles
 def softmax_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """The forward softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
     return row_softmax_program("softmax", dtype, tile, write=normalized)
 
 
-@takes_cluster_tiles(operands=1)
+@takes_cluster_tiles
 def softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """softmax(X, where=Mask): Mask is uint8, nonzero where an element takes part.
 
@@ -370,7 +364,6 @@ def softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     return row_softmax_program("softmax_masked", dtype, tile, write=normalized, masked_out=0.0)
 
 
-@takes_cluster_tiles(operands=2)
 def softmax_backward_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """The backward kernel: dX = Yv * (G - sum(G * Yv)) per row, from the forward's output Yv."""
     return reduce_then_write_program(
