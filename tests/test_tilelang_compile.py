@@ -32,8 +32,7 @@ from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
-    CLUSTER_BLOCK_THREADS, CLUSTER_LIMIT, ITEMSIZE, MAX_CLUSTER_BLOCK_COLS, MAX_CLUSTER_BLOCKS,
-    MIN_RESIDENT_COLS, RESIDENT_LIMIT, RowTile, all_tiles, has_clusters, long_row_tile, row_tile,
+    ITEMSIZE, MIN_RESIDENT_COLS, RESIDENT_LIMIT, RowTile, all_tiles, long_row_tile, row_tile,
     short_unaligned_tile, thread_and_slot,
 )
 
@@ -45,7 +44,7 @@ CASES = [
     (op, dtype, tile)
     for op, kernel in bridge.OPS.items()
     for dtype in DTYPES
-    for tile in (all_tiles(dtype, kernel.takes_cluster_tiles) if kernel.spec.along_rows else (None,))
+    for tile in (all_tiles(dtype) if kernel.spec.along_rows else (None,))
 ]
 ROW_CASES = [case for case in CASES if case[2] is not None and case[2].aligned]
 # A 128-bit access in TileLang's CUDA is a global buffer offset cast to one of
@@ -142,13 +141,10 @@ def test_aligned_row_kernels_load_128_bit_vectors(
         )
 
 
-# The __expf calls in each forward's CUDA, for a resident tile, a streamed one and a cluster
-# one: a resident row takes its exponentials in pass 1 and keeps them for pass 2; a streamed
-# one takes them in pass 1, in merging its lanes' sums, and, for softmax, in pass 2 when it
-# reads the row again; a cluster's block keeps its pass 1's as a resident tile does, and takes
-# one in merging the blocks' sums and one for its part's scale.
-EXP_CALLS = {"softmax": (1, 3, 3), "softmax_masked": (1, 3, 3), "log_softmax": (1, 2, 3),
-             "log_softmax_masked": (1, 2, 3)}
+# The __expf calls in each forward's CUDA, for a resident tile and a streamed one: a resident
+# row takes its exponentials in pass 1 and keeps them for pass 2; a streamed one takes them in
+# pass 1, in merging its lanes' sums, and, for softmax, in pass 2 when it reads the row again.
+EXP_CALLS = {"softmax": (1, 3), "softmax_masked": (1, 3), "log_softmax": (1, 2), "log_softmax_masked": (1, 2)}
 FORWARD_CASES = [case for case in CASES if case[0] in EXP_CALLS]
 
 
@@ -159,26 +155,8 @@ def test_forwards_take_one_fast_exponential_a_value_a_pass(sources, op: str, dty
     source = sources[(op, dtype, tile)].result()
     accurate = re.findall(r"\b(?:expf|exp2f|exp|exp2)\(", source)
     assert not accurate, f"{accurate} in the {op} {dtype} {tile.name} kernel:\n{source}"
-    resident, streamed, clustered = EXP_CALLS[op]
-    calls = clustered if tile.cluster > 1 else resident if tile.resident else streamed
-    assert len(re.findall(r"__expf\(", source)) == calls, source
-
-
-CLUSTER_CASES = [case for case in CASES if case[2] is not None and case[2].cluster > 1]
-SHARED_BUFFER = re.compile(r"void\* (\w+) = \(\(void\*\)\(\(char\*\)buf_dyn_shmem \+ (\d+)\)\);")
-
-
-@pytest.mark.parametrize("op, dtype, tile", CLUSTER_CASES, ids=map(_case_id, CLUSTER_CASES))
-def test_cluster_kernels_keep_the_blocks_pairs_apart(sources, op: str, dtype: str, tile: RowTile) -> None:
-    """The other blocks of a cluster write their (max, sum) pairs into a block's ``parts``
-    while it may still be reducing its own part, so no other shared buffer may be given any
-    of its memory: TileLang's planner, which sees only this block's accesses, must have put
-    it apart from every other one."""
-    source = sources[(op, dtype, tile)].result()
-    offsets = {name: int(offset) for name, offset in SHARED_BUFFER.findall(source)}
-    parts = offsets.pop("parts")
-    assert "map_shared_rank" in source and "cluster_sync" in source, source
-    assert parts == 0 and all(o >= tile.cluster * 2 * 4 for o in offsets.values()), offsets
+    resident, streamed = EXP_CALLS[op]
+    assert len(re.findall(r"__expf\(", source)) == (resident if tile.resident else streamed), source
 
 
 def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:
@@ -211,39 +189,12 @@ def test_rows_that_fit_are_resident(dtype: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_long_aligned_rows_take_a_cluster_where_a_kernel_can(dtype: str) -> None:
-    """For a kernel that takes cluster tiles, aligned rows past RESIDENT_LIMIT up to
-    CLUSTER_LIMIT are held by the fewest blocks of a cluster that hold the next power of two,
-    each block at most MAX_CLUSTER_BLOCK_COLS; longer or unaligned rows are streamed; a kernel
-    that takes none is never given one."""
-    vec = 16 // ITEMSIZE[dtype]
-    tiles = all_tiles(dtype, clusters=True)
-    for n in (RESIDENT_LIMIT + vec, 20_000, 32_768, 40_000, 65_544, 131_072, 200_000, CLUSTER_LIMIT):
-        tile = row_tile(n, dtype, clusters=True)
-        assert tile in tiles and tile.cluster > 1 and tile.resident, (n, tile)
-        assert tile.cluster <= MAX_CLUSTER_BLOCKS and tile.cols <= MAX_CLUSTER_BLOCK_COLS
-        assert tile.threads == CLUSTER_BLOCK_THREADS and tile.rows == 1
-        assert tile.cluster * tile.cols >= n > tile.cluster * tile.cols // 2, (n, tile)
-        assert row_tile(n, dtype) == long_row_tile(dtype, True)
-    assert row_tile(CLUSTER_LIMIT + vec, dtype, clusters=True) == long_row_tile(dtype, True)
-    assert row_tile(RESIDENT_LIMIT + vec + 1, dtype, clusters=True) == long_row_tile(dtype, False)
-    assert row_tile(RESIDENT_LIMIT, dtype, clusters=True) == row_tile(RESIDENT_LIMIT, dtype)
-    assert all(tile.cluster == 1 for tile in all_tiles(dtype))
-
-
-def test_clusters_are_hoppers_and_later() -> None:
-    assert not has_clusters("sm_80") and not has_clusters("sm_89")
-    assert has_clusters("sm_90") and has_clusters("sm_90a") and has_clusters("sm_100a")
-    assert has_clusters("sm_120f")
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
 def test_row_layout_gives_each_element_its_own_register(dtype: str) -> None:
     """row_layout's map puts every element of every tile in a distinct (thread, slot),
     fills each thread's slots evenly, and gives a thread's 16-byte run one vector's
     consecutive slots, so a run loads with one 128-bit access."""
     vec = 16 // ITEMSIZE[dtype]
-    for tile in all_tiles(dtype, clusters=True):
+    for tile in all_tiles(dtype):
         places = {}
         for i in range(tile.rows):
             for j in range(tile.cols):
@@ -261,5 +212,5 @@ def test_every_configuration_has_its_own_target_name() -> None:
     """The bridge registers each (op, dtype, tile) under a name made of the three, so two tiles
     of one dtype with one name would run one's kernel for the other's shapes."""
     for dtype in DTYPES:
-        names = [tile.name for tile in all_tiles(dtype, clusters=True)]
+        names = [tile.name for tile in all_tiles(dtype)]
         assert len(set(names)) == len(names), names

@@ -8,15 +8,9 @@ is one compile, which serves every N it is picked for:
   the row (the power of two at or above N, at least MIN_RESIDENT_COLS), so a block reads a row
   from memory once and keeps it in registers for every pass a kernel makes. Each thread holds
   a few 16-byte vectors of it: short rows give a block up to 8 rows, long ones more threads.
-- **Clustered** rows, past RESIDENT_LIMIT up to CLUSTER_LIMIT, aligned, for the kernels that
-  take them (``row_tile``'s ``clusters``): a row is split over a thread-block cluster of up to
-  MAX_CLUSTER_BLOCKS blocks (Hopper's, sm_90 on), each holding its part in registers as a
-  resident tile holds a row, so that a row too long for one block is still read once. The
-  blocks of a cluster run at once, and each can write to the others' shared memory: that is
-  how they combine their parts' reductions.
-- **Long** rows, past RESIDENT_LIMIT otherwise: a block of LONG_ROW_THREADS threads a row,
-  walked in tiles of 2 vectors of 16 bytes a thread; a kernel that needs a second pass reads
-  the row again.
+- **Long** rows, past RESIDENT_LIMIT: a block of LONG_ROW_THREADS threads a row, walked in
+  tiles of 2 vectors of 16 bytes a thread; a kernel that needs a second pass reads the row
+  again.
 - **Short unaligned** rows: 4 rows a block of 128 threads, a warp a row, walked in tiles of a
   warp's 32 lanes x 2 vectors, with element-wise loads.
 
@@ -48,15 +42,6 @@ MORE_VECTORS_PER_THREAD, MORE_VECTORS_FROM_COLS = 4, 8192
 MIN_THREADS = 128
 MAX_ROWS = 8
 
-# A clustered row: CLUSTER_BLOCK_THREADS threads a block, each block holding at least
-# MIN_CLUSTER_BLOCK_COLS columns (a resident tile's widest 512-thread row) and at most
-# MAX_CLUSTER_BLOCK_COLS (64 float32 values a thread, what registers hold without spilling),
-# in clusters of up to MAX_CLUSTER_BLOCKS, the largest size every Hopper launch may take.
-CLUSTER_BLOCK_THREADS = 512
-MIN_CLUSTER_BLOCK_COLS, MAX_CLUSTER_BLOCK_COLS = 8192, 32768
-MAX_CLUSTER_BLOCKS = 8
-CLUSTER_LIMIT = MAX_CLUSTER_BLOCKS * MAX_CLUSTER_BLOCK_COLS
-
 
 def vector_elements(dtype: str) -> int:
     """Elements in one 16-byte vector."""
@@ -69,25 +54,17 @@ def is_aligned(n: int, dtype: str) -> bool:
 
 
 class RowTile(NamedTuple):
-    """One configuration of a row kernel: its block covers ``rows`` x ``cols`` at a time.
-
-    With ``cluster`` > 1 a row is ``cluster`` blocks' tiles side by side, one block's
-    ``cols`` columns after another's: a cluster of blocks holds a row of up to
-    ``cluster * cols``.
-    """
+    """One configuration of a row kernel: its block covers ``rows`` x ``cols`` at a time."""
 
     rows: int
     cols: int
     threads: int
-    resident: bool  # a row (or a cluster's block's part of it) is one tile, kept in registers
+    resident: bool  # a row is one tile: read once, kept in registers
     aligned: bool   # rows start on 16-byte boundaries
-    cluster: int = 1  # blocks a row is split over
 
     @property
     def name(self) -> str:
         """The configuration in an FFI target's name, e.g. "resident_8x128_128t"."""
-        if self.cluster > 1:
-            return f"cluster{self.cluster}_{self.rows}x{self.cols}_{self.threads}t"
         kind = "resident" if self.resident else "streamed"
         alignment = "" if self.resident or not self.aligned else "_aligned"
         return f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}"
@@ -117,23 +94,6 @@ def resident_tile(cols: int, dtype: str) -> RowTile:
     return RowTile(rows, cols, threads, True, True)
 
 
-def cluster_tile(n: int) -> RowTile:
-    """An aligned row of RESIDENT_LIMIT < n <= CLUSTER_LIMIT elements over a cluster: the
-    fewest blocks, each of the fewest columns, that hold the power of two at or above n."""
-    row = 1 << (n - 1).bit_length()
-    blocks = min(MAX_CLUSTER_BLOCKS, row // MIN_CLUSTER_BLOCK_COLS)
-    return RowTile(1, row // blocks, CLUSTER_BLOCK_THREADS, True, True, blocks)
-
-
-def cluster_rows() -> tuple[int, ...]:
-    """The longest row of each cluster tile."""
-    rows, n = [], 2 * RESIDENT_LIMIT
-    while n <= CLUSTER_LIMIT:
-        rows.append(n)
-        n *= 2
-    return tuple(rows)
-
-
 def resident_widths() -> tuple[int, ...]:
     """Every resident tile width, MIN_RESIDENT_COLS to RESIDENT_LIMIT."""
     widths, cols = [], MIN_RESIDENT_COLS
@@ -143,37 +103,21 @@ def resident_widths() -> tuple[int, ...]:
     return tuple(widths)
 
 
-def row_tile(n: int, dtype: str, clusters: bool = False) -> RowTile:
-    """The tile for rows of ``n`` elements of ``dtype``: resident where it can be, over a
-    cluster where ``clusters`` (a kernel that takes cluster tiles, on a GPU that has them)."""
+def row_tile(n: int, dtype: str) -> RowTile:
+    """The tile for rows of ``n`` elements of ``dtype``: resident where it can be."""
     aligned = is_aligned(n, dtype)
     if n > RESIDENT_LIMIT:
-        if clusters and aligned and n <= CLUSTER_LIMIT:
-            return cluster_tile(n)
         return long_row_tile(dtype, aligned)
     if not aligned:
         return short_unaligned_tile(dtype)
     return resident_tile(max(MIN_RESIDENT_COLS, 1 << (n - 1).bit_length()), dtype)
 
 
-def takes_cluster_tiles(build):
-    """Marks a row kernel's program builder as one that holds a long row over a cluster
-    (``cluster_tile``), so that the bridge picks cluster tiles for it on a GPU that has them."""
-    build.takes_cluster_tiles = True
-    return build
-
-
-def has_clusters(arch: str) -> bool:
-    """Whether a GPU of ``arch`` ("sm_90", "sm_100a", ...) launches thread-block clusters."""
-    return int(arch.removeprefix("sm_").rstrip("af")) >= 90
-
-
-def all_tiles(dtype: str, clusters: bool = False) -> tuple[RowTile, ...]:
-    """Every tile ``row_tile`` can pick for ``dtype`` (and ``clusters``): what a compile of
-    every configuration compiles."""
-    tiles = (short_unaligned_tile(dtype), long_row_tile(dtype, False), long_row_tile(dtype, True),
-             *(resident_tile(cols, dtype) for cols in resident_widths()))
-    return tiles + tuple(cluster_tile(n) for n in cluster_rows()) if clusters else tiles
+def all_tiles(dtype: str) -> tuple[RowTile, ...]:
+    """Every tile ``row_tile`` can pick for ``dtype``: what a compile of every configuration
+    compiles."""
+    return (short_unaligned_tile(dtype), long_row_tile(dtype, False), long_row_tile(dtype, True),
+            *(resident_tile(cols, dtype) for cols in resident_widths()))
 
 
 def column_tiles(tile: RowTile, n):

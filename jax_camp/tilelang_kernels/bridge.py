@@ -45,7 +45,7 @@ from tvm import tirx
 
 from jax_camp import registration
 from jax_camp.ops._spec import MASK_DTYPE, SUPPORTED_DTYPE_NAMES, SUPPORTED_DTYPES, OpSpec
-from jax_camp.tilelang_kernels._rows import RowTile, has_clusters, row_tile
+from jax_camp.tilelang_kernels._rows import RowTile, row_tile
 
 class TileLangKernel(NamedTuple):
     """What the bridge needs to compile and call one op's TileLang kernel. It sees its
@@ -53,7 +53,6 @@ class TileLangKernel(NamedTuple):
 
     spec: OpSpec
     program: Callable[[str, RowTile | None], tirx.PrimFunc]  # the tile program for (dtype, tile)
-    takes_cluster_tiles: bool = False  # a row kernel that holds long rows over a cluster
 
 
 def _kernel_of(spec: OpSpec) -> TileLangKernel:
@@ -61,7 +60,7 @@ def _kernel_of(spec: OpSpec) -> TileLangKernel:
     module = importlib.import_module(f"jax_camp.tilelang_kernels.{spec.tilelang_module}")
     build = getattr(module, f"{spec.name}_program")
     if spec.along_rows:
-        return TileLangKernel(spec, build, getattr(build, "takes_cluster_tiles", False))
+        return TileLangKernel(spec, build)
     # The flat kernels have one configuration: they find their full tiles themselves.
     return TileLangKernel(spec, lambda dtype, tile: build(dtype))
 
@@ -137,9 +136,7 @@ def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
     shape, dtype = x.shape, jnp.dtype(x.dtype).name
     if spec.along_rows:
         kernel_shape = (math.prod(shape[:-1]), shape[-1])
-        target = compile_target()
-        clusters = kernel.takes_cluster_tiles and target is not None and has_clusters(target["arch"])
-        tile = row_tile(shape[-1], dtype, clusters)
+        tile = row_tile(shape[-1], dtype)
     else:
         kernel_shape = (math.prod(shape),)
         tile = None

@@ -55,7 +55,7 @@ import math
 
 from tvm import tirx
 
-from jax_camp.tilelang_kernels._rows import RowTile, takes_cluster_tiles
+from jax_camp.tilelang_kernels._rows import RowTile
 from jax_camp.tilelang_kernels.softmax import exp, reduce_then_write_program, row_softmax_program
 
 
@@ -64,13 +64,11 @@ def log_normalized(shifted, e, log_sum, inv_sum):
     return shifted - log_sum
 
 
-@takes_cluster_tiles
 def log_softmax_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """The forward log_softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
     return row_softmax_program("log_softmax", dtype, tile, write=log_normalized)
 
 
-@takes_cluster_tiles
 def log_softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """log_softmax(X, where=Mask): Mask is uint8, nonzero where an element takes part.
 

@@ -85,7 +85,7 @@ import tilelang.language as T
 from tvm import tirx
 
 from jax_camp.tilelang_kernels._rows import (
-    ACCUM, RowTile, column_tiles, row_layout, row_tiles, takes_cluster_tiles, vector_elements,
+    ACCUM, RowTile, column_tiles, row_layout, row_tiles, vector_elements,
 )
 
 
@@ -113,24 +113,23 @@ def row_softmax_program(
     neg_inf = -T.infinity(ACCUM)
     layout = row_layout(tile, dtype)
 
-    # The tile at (row0, col0) into x_tile (and keep), and into x in float32, with -inf
+    # Tile kb of block bx's rows into x_tile (and keep), and into x in float32, with -inf
     # where an element is to be skipped: a column past the row's end, whose 0 would be
     # wrong for a maximum, or a masked-out element.
     @T.macro
-    def load(X, Mask, row0, col0, x_tile, keep, x):
-        T.copy(X[row0, col0], x_tile)
+    def load(X, Mask, bx, kb, x_tile, keep, x):
+        T.copy(X[bx * rows, kb * cols], x_tile)
         if masked:
-            T.copy(Mask[row0, col0], keep)
+            T.copy(Mask[bx * rows, kb * cols], keep)
         for i, j in T.Parallel(rows, cols):
-            x[i, j] = T.if_then_else(col0 + j < n, T.cast(x_tile[i, j], ACCUM), neg_inf)
+            x[i, j] = T.if_then_else(kb * cols + j < n, T.cast(x_tile[i, j], ACCUM), neg_inf)
             if masked:
                 x[i, j] = T.if_then_else(keep[i, j] != 0, x[i, j], neg_inf)
 
-    # Pass 2 on the tile at (row0, col0), loaded into x (and keep): each element's output,
-    # stored to Y. A resident tile passes the exponentials pass 1 kept in ``kept_exp``; a
-    # streamed one None.
+    # Pass 2 on tile kb, loaded into x (and keep): each element's output, stored to Y. A
+    # resident row passes the exponentials pass 1 kept in ``kept_exp``; a streamed one None.
     @T.macro
-    def normalize(Y, row0, col0, x, kept_exp, keep, row_max, log_sum, inv_sum, out):
+    def normalize(Y, bx, kb, x, kept_exp, keep, row_max, log_sum, inv_sum, out):
         for i, j in T.Parallel(rows, cols):
             if kept_exp is None:
                 out[i, j] = T.cast(
@@ -144,50 +143,14 @@ def row_softmax_program(
             if masked:
                 # Whatever write() gave, the NaN of a fully masked row too.
                 out[i, j] = T.if_then_else(keep[i, j] != 0, out[i, j], T.cast(masked_out, dtype))
-        T.copy(out, Y[row0, col0])
-
-    # A clustered row: each block of the cluster holds one part of it, and has reduced it
-    # to its part's maximum m and its sum s of exp(x - m). Each block writes its (m, s) into
-    # slot ``part`` of every block's ``parts``, in their shared memory; once all have, each
-    # block merges the pairs as the streamed rows merge theirs, into the row's maximum M and
-    # sum S. Its kept exponentials are exp(x - m): pass 2 scales them by exp(m - M) / S.
-    @T.macro
-    def combine_parts(part, mine, parts, row_max, row_sum, log_sum, inv_sum):
-        mine[0] = row_max[0]
-        mine[1] = row_sum[0]
-        T.cluster_wait()  # every block of the cluster has started and zeroed its parts
-        for block in T.serial(tile.cluster):
-            T.copy_cluster(mine, parts[part, 0:2], dst_block=block)
-        # The cluster barrier's inline assembly does not order memory for the compiler;
-        # __syncthreads does, so the stores above are issued before it, the loads below after.
-        T.sync_threads()
-        T.cluster_sync()  # every block's pair has arrived
-        T.sync_threads()
-        total_max = T.alloc_var(ACCUM, init=neg_inf)
-        total_sum = T.alloc_var(ACCUM, init=0.0)
-        for block in T.serial(tile.cluster):
-            total_max = T.max(total_max, parts[block, 0])
-        for block in T.serial(tile.cluster):
-            total_sum += T.if_then_else(
-                parts[block, 1] == 0.0, 0.0, parts[block, 1] * exp(parts[block, 0] - total_max)
-            )
-        for i in T.Parallel(rows):
-            inv_sum[i] = exp(row_max[i] - total_max) / total_sum
-            log_sum[i] = T.log(total_sum)
-            row_max[i] = total_max
+        T.copy(out, Y[bx * rows, kb * cols])
 
     # The body of both kernels, masked or not; Mask is None in the one without.
     @T.macro
     def softmax_rows(X, Mask, Y):
-        clustered = tile.cluster > 1
-        with T.Kernel(
-            T.ceildiv(m_, rows) * tile.cluster, threads=tile.threads, cluster_dims=tile.cluster
-        ) as bx:
+        with T.Kernel(T.ceildiv(m_, rows), threads=tile.threads) as bx:
             if tile.aligned:
                 T.assume(n % vec == 0)
-            # The block's rows, and where its part of them starts: column 0 but in a cluster.
-            row0 = bx // tile.cluster * rows
-            part = bx % tile.cluster
             x_tile, x, scaled, out = row_tiles(tile, dtype, ACCUM, ACCUM, dtype)
             row_max = T.alloc_fragment((rows,), ACCUM)
             row_sum = T.alloc_fragment((rows,), ACCUM)
@@ -203,30 +166,14 @@ def row_softmax_program(
                 (keep,) = row_tiles(tile, "uint8")
                 per_element.append(keep)
             T.annotate_layout({t: layout for t in per_element})
-            if clustered:
-                # The other blocks write into ``parts`` once they have all started: zeroed
-                # first, it is this kernel's from the start, so that no other shared buffer
-                # is given its memory.
-                mine = T.alloc_shared((2,), ACCUM)
-                parts = T.alloc_shared((tile.cluster, 2), ACCUM)
-                T.fill(parts, 0.0)
-                T.sync_threads()  # the zeros are stored before the arrival that publishes them
-                T.cluster_arrive()
 
             if tile.resident:
-                # The row (or this block's part of it) is one tile: its maximum, then the
-                # sum of exp(x - max), whose terms stay in ``scaled`` for pass 2.
-                load(X, Mask, row0, part * cols, x_tile, keep, x)
+                # The row is one tile: its maximum, then the sum of exp(x - max),
+                # whose terms stay in ``scaled`` for pass 2.
+                load(X, Mask, bx, 0, x_tile, keep, x)
                 T.reduce_max(x, row_max, dim=1)
                 for i, j in T.Parallel(rows, cols):
-                    if clustered:
-                        # A part may be all -inf (past the row's end, say) where the row is
-                        # not: its -inf - -inf must add 0, not NaN.
-                        scaled[i, j] = T.if_then_else(
-                            x[i, j] == neg_inf, 0.0, exp(x[i, j] - row_max[i])
-                        )
-                    else:
-                        scaled[i, j] = exp(x[i, j] - row_max[i])
+                    scaled[i, j] = exp(x[i, j] - row_max[i])
                 T.reduce_sum(scaled, row_sum, dim=1)
             else:
                 # Pass 1: each element's rolling (max, sum) pair. Either update takes
@@ -234,7 +181,7 @@ def row_softmax_program(
                 T.fill(lane_max, neg_inf)
                 T.fill(lane_sum, 0.0)
                 for kb in T.Serial(column_tiles(tile, n)):
-                    load(X, Mask, row0, kb * cols, x_tile, keep, x)
+                    load(X, Mask, bx, kb, x_tile, keep, x)
                     for i, j in T.Parallel(rows, cols):
                         scaled[i, j] = exp(-T.abs(x[i, j] - lane_max[i, j]))
                         lane_sum[i, j] = T.if_then_else(
@@ -259,20 +206,17 @@ def row_softmax_program(
                 T.reduce_sum(scaled, row_sum, dim=1)
             # A row of -inf ends with sum 0 (or, resident, NaN): pass 2 then computes
             # -inf - -inf = NaN, jax's answer for it.
-            if clustered:
-                combine_parts(part, mine, parts, row_max, row_sum, log_sum, inv_sum)
-            else:
-                for i in T.Parallel(rows):
-                    log_sum[i] = T.log(row_sum[i])
-                    inv_sum[i] = 1.0 / row_sum[i]
+            for i in T.Parallel(rows):
+                log_sum[i] = T.log(row_sum[i])
+                inv_sum[i] = 1.0 / row_sum[i]
 
             if tile.resident:
-                normalize(Y, row0, part * cols, x, scaled, keep, row_max, log_sum, inv_sum, out)
+                normalize(Y, bx, 0, x, scaled, keep, row_max, log_sum, inv_sum, out)
             else:
                 # Pass 2 reads the row again.
                 for kb in T.Serial(column_tiles(tile, n)):
-                    load(X, Mask, row0, kb * cols, x_tile, keep, x)
-                    normalize(Y, row0, kb * cols, x, None, keep, row_max, log_sum, inv_sum, out)
+                    load(X, Mask, bx, kb, x_tile, keep, x)
+                    normalize(Y, bx, kb, x, None, keep, row_max, log_sum, inv_sum, out)
 
     # A prim_func's parameters are its Python signature, so the two kernels
     # have a signature each, around the one body.
@@ -349,13 +293,11 @@ def normalized(shifted, e, log_sum, inv_sum):
     return e * inv_sum
 
 
-@takes_cluster_tiles
 def softmax_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """The forward softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
     return row_softmax_program("softmax", dtype, tile, write=normalized)
 
 
-@takes_cluster_tiles
 def softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """softmax(X, where=Mask): Mask is uint8, nonzero where an element takes part.
 
