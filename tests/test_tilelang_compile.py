@@ -31,6 +31,7 @@ from tvm.target import Target  # noqa: E402
 from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
+from jax_camp.tilelang_kernels.softmax import MAX_VALUES_HELD_FOR_PASS_2  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
     ITEMSIZE, MIN_RESIDENT_COLS, RESIDENT_LIMIT, RowTile, all_tiles, long_row_tile, row_tile,
     short_unaligned_tile, thread_and_slot,
@@ -157,6 +158,24 @@ def test_forwards_take_one_fast_exponential_a_value_a_pass(sources, op: str, dty
     assert not accurate, f"{accurate} in the {op} {dtype} {tile.name} kernel:\n{source}"
     resident, streamed = EXP_CALLS[op]
     assert len(re.findall(r"__expf\(", source)) == (resident if tile.resident else streamed), source
+
+
+RESIDENT_CASES = [case for case in FORWARD_CASES if case[0].startswith("log_") and case[2].resident]
+
+
+@pytest.mark.parametrize("op, dtype, tile", RESIDENT_CASES, ids=map(_case_id, RESIDENT_CASES))
+def test_log_softmax_reads_a_crowded_resident_row_again(sources, op: str, dtype: str, tile: RowTile) -> None:
+    """log_softmax's pass 2 needs x: a resident tile holds it where a thread has at most
+    MAX_VALUES_HELD_FOR_PASS_2 values of the row, and reads the row again past that, so that
+    x does not stay in registers beside pass 1's exponentials. softmax's pass 2 needs only
+    the exponentials, and reads the row once."""
+    twin = op.replace("log_", "")
+    loads = {
+        name: len(re.findall(LOAD_128.format(buf="X"), sources[(name, dtype, tile)].result()))
+        for name in (op, twin)
+    }
+    crowded = tile.rows * tile.cols // tile.threads > MAX_VALUES_HELD_FOR_PASS_2
+    assert loads[twin] > 0 and loads[op] == loads[twin] * (2 if crowded else 1), (loads, tile)
 
 
 def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:

@@ -9,6 +9,13 @@ with m, log(s) and 1/s, and only pass 2 differs: softmax writes
 exp(x - m) * (1/s); log_softmax takes no exponential there and writes
 (x - m) - log(s).
 
+So log_softmax's pass 2 needs x, where softmax's needs only the exponentials
+pass 1 kept. A resident tile holds x for it while its threads hold up to 16
+values of the row; 16-bit rows of 8192 and more give a thread 32, and x beside
+the exponentials would take so many registers that fewer blocks fit an SM
+(3 instead of 4 at 8192 bfloat16 columns), so there pass 2 reads the row again,
+from L2, where pass 1 has just read it (``MAX_VALUES_HELD_FOR_PASS_2``).
+
 Why a log-probability of -1000 stays finite: log(softmax(x)) would first form
 exp(-1000), which float32 cannot hold (anything below about -104 rounds to 0),
 and then take log(0) = -inf. Here no exponential of the answer is ever taken:
@@ -66,7 +73,9 @@ def log_normalized(shifted, e, log_sum, inv_sum):
 
 def log_softmax_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """The forward log_softmax kernel for ``dtype`` over (M, N) rows of any M, N."""
-    return row_softmax_program("log_softmax", dtype, tile, write=log_normalized)
+    return row_softmax_program(
+        "log_softmax", dtype, tile, write=log_normalized, write_needs_x=True
+    )
 
 
 def log_softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
@@ -75,7 +84,8 @@ def log_softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     The elements it masks out give -inf, jax.nn.log_softmax's answer.
     """
     return row_softmax_program(
-        "log_softmax_masked", dtype, tile, write=log_normalized, masked_out=-math.inf
+        "log_softmax_masked", dtype, tile, write=log_normalized, masked_out=-math.inf,
+        write_needs_x=True,
     )
 
 

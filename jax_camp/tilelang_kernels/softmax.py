@@ -94,20 +94,31 @@ def exp(t):
     return T.__exp(t)
 
 
+# The most values of x a thread of a resident tile holds through pass 1 for a pass 2 that
+# needs x again (log_softmax's). Past it (16-bit rows of 8192 and more: 32 values a thread)
+# x beside pass 1's exponentials takes so many registers that fewer blocks fit an SM, and
+# pass 2 reads the row again instead, from L2, where pass 1 has just read it.
+MAX_VALUES_HELD_FOR_PASS_2 = 16
+
+
 def row_softmax_program(
-    name: str, dtype: str, tile: RowTile, write, masked_out: float | None = None
+    name: str, dtype: str, tile: RowTile, write, masked_out: float | None = None,
+    write_needs_x: bool = False,
 ) -> tirx.PrimFunc:
     """The forward kernel ``name``: softmax over (M, N) rows of any M, N, X to Y, by ``tile``.
 
     Pass 2 stores ``write(shifted, e, log_sum, inv_sum)`` for each element:
     its output in float32 from shifted = x - m, e = exp(x - m), and its row's
-    log(s) and 1/s. A formula that ignores e costs no exponential.
+    log(s) and 1/s. A formula that ignores e costs no exponential; one that
+    reads shifted says so with ``write_needs_x``, and a resident tile then
+    holds x for it or reads it again (MAX_VALUES_HELD_FOR_PASS_2).
     With ``masked_out`` given the kernel is a masked one, X, Mask to Y: Mask is
     uint8, nonzero where an element takes part, and pass 2 stores
     ``masked_out`` for the elements it masks out.
     """
     masked = masked_out is not None
     rows, cols = tile.rows, tile.cols
+    reread_resident_row = write_needs_x and rows * cols // tile.threads > MAX_VALUES_HELD_FOR_PASS_2
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     neg_inf = -T.infinity(ACCUM)
@@ -211,6 +222,8 @@ def row_softmax_program(
                 inv_sum[i] = 1.0 / row_sum[i]
 
             if tile.resident:
+                if reread_resident_row:
+                    load(X, Mask, bx, 0, x_tile, keep, x)
                 normalize(Y, bx, 0, x, scaled, keep, row_max, log_sum, inv_sum, out)
             else:
                 # Pass 2 reads the row again.
