@@ -31,11 +31,11 @@ from tvm.target import Target  # noqa: E402
 from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
-from jax_camp.tilelang_kernels.softmax import MAX_VALUES_HELD_FOR_PASS_2  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
     ITEMSIZE, MIN_RESIDENT_COLS, RESIDENT_LIMIT, RowTile, all_tiles, long_row_tile, row_tile,
     short_unaligned_tile, thread_and_slot,
 )
+from jax_camp.tilelang_kernels.softmax import MAX_VALUES_HELD_FOR_PASS_2  # noqa: E402
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 DTYPES = tuple(dtype.name for dtype in SUPPORTED_DTYPES)
@@ -164,7 +164,9 @@ RESIDENT_CASES = [case for case in FORWARD_CASES if case[0].startswith("log_") a
 
 
 @pytest.mark.parametrize("op, dtype, tile", RESIDENT_CASES, ids=map(_case_id, RESIDENT_CASES))
-def test_log_softmax_reads_a_crowded_resident_row_again(sources, op: str, dtype: str, tile: RowTile) -> None:
+def test_log_softmax_reads_a_crowded_resident_row_again(
+    sources, op: str, dtype: str, tile: RowTile
+) -> None:
     """log_softmax's pass 2 needs x: a resident tile holds it where a thread has at most
     MAX_VALUES_HELD_FOR_PASS_2 values of the row, and reads the row again past that, so that
     x does not stay in registers beside pass 1's exponentials. softmax's pass 2 needs only
