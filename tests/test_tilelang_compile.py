@@ -176,7 +176,7 @@ def test_log_softmax_reads_a_crowded_resident_row_again(
         name: len(re.findall(LOAD_128.format(buf="X"), sources[(name, dtype, tile)].result()))
         for name in (op, twin)
     }
-    crowded = tile.rows * tile.cols // tile.threads > MAX_VALUES_HELD_FOR_PASS_2
+    crowded = tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
     assert loads[twin] > 0 and loads[op] == loads[twin] * (2 if crowded else 1), (loads, tile)
 
 
@@ -221,7 +221,7 @@ def test_row_layout_gives_each_element_its_own_register(dtype: str) -> None:
             for j in range(tile.cols):
                 places[(i, j)] = thread_and_slot(tile, dtype, i, j)
         assert len(set(places.values())) == tile.rows * tile.cols, tile
-        slots = tile.rows * tile.cols // tile.threads
+        slots = tile.values_per_thread
         assert {thread for thread, _ in places.values()} == set(range(tile.threads)), tile
         assert {slot for _, slot in places.values()} == set(range(slots)), tile
         for (i, j), (thread, slot) in places.items():

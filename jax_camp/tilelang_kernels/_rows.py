@@ -69,6 +69,11 @@ class RowTile(NamedTuple):
         alignment = "" if self.resident or not self.aligned else "_aligned"
         return f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}"
 
+    @property
+    def values_per_thread(self) -> int:
+        """The elements of a tile each thread holds (``row_layout`` deals them evenly)."""
+        return self.rows * self.cols // self.threads
+
 
 def streamed_tile(dtype: str, aligned: bool, threads: int, rows: int) -> RowTile:
     """Rows walked a tile at a time, each thread 2 vectors of 16 bytes a tile."""

@@ -118,8 +118,7 @@ def row_softmax_program(
     """
     masked = masked_out is not None
     rows, cols = tile.rows, tile.cols
-    values_per_thread = rows * cols // tile.threads
-    reread_resident_row = write_needs_x and values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
+    reread_resident_row = write_needs_x and tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     neg_inf = -T.infinity(ACCUM)
