@@ -405,6 +405,9 @@ def test_where_runs_the_masked_kernel(op, backend):
     assert forward.count("custom_call @") == 1
     kernel = op.masked_kernel
     assert kernel.ffi_target in forward or f"tilelang_{kernel.name}_" in forward
+    # The user's bool mask reaches the kernel as it is, with no conversion pass over it.
+    as_argument = hlo_text(lambda v, m: op.fn(v, where=m, backend=backend), x, x > 0)
+    assert "stablehlo.convert" not in as_argument
     # The gradient adds one kernel: softmax's backward needs no mask (y is 0 where masked out);
     # log_softmax's is given the cotangent with 0 there. The loss leaves -inf outputs out.
     grad = hlo_text(jax.grad(lambda v: jnp.sum(jnp.where(v > 0, f(v) * v, 0.0))), x)

@@ -9,7 +9,8 @@ by every tile of ``_rows.all_tiles``. Either way the CUDA source is checked:
 the copy and vector_add kernels must move their full tiles with 128-bit vector
 loads and stores, and the row kernels, on 16-byte aligned rows (every resident
 tile), load their operands 128 bits at a time; softmax's and log_softmax's forwards take one
-fast exponential a value a pass.
+fast exponential a value a pass. The bridge hands the masked kernels JAX's bool mask without
+converting it.
 """
 
 from __future__ import annotations
@@ -235,3 +236,19 @@ def test_every_configuration_has_its_own_target_name() -> None:
     for dtype in DTYPES:
         names = [tile.name for tile in all_tiles(dtype)]
         assert len(set(names)) == len(names), names
+
+
+@pytest.mark.skipif(not _has_nvcc(), reason="the bridge registers a kernel by compiling it, with nvcc")
+@pytest.mark.parametrize("op", [name for name, kernel in bridge.OPS.items() if kernel.spec.mask_operand])
+def test_the_bridge_hands_a_mask_over_unconverted(monkeypatch, op: str) -> None:
+    """A where= mask is XLA's bool, one byte an element, and the masked kernels read those
+    bytes as they are: a conversion before the call would be a pass over the mask of its own."""
+    import jax
+    import jax.numpy as jnp
+
+    monkeypatch.setattr(bridge, "compile_target", lambda: SM90)
+    x = jnp.ones((4, 64), jnp.float32)
+    call = jax.jit(lambda v, mask: bridge.kernel_call(bridge.OPS[op].spec, v, mask))
+    text = call.lower(x, x > 0).as_text()
+    assert f"custom_call @jax_camp_tilelang_{op}_float32_" in text
+    assert "stablehlo.convert" not in text

@@ -145,10 +145,6 @@ def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
         # A launch over nothing would be an invalid (empty) grid; an empty
         # row sums to 0 and every other op has nothing to write.
         return jnp.zeros(out_shape, x.dtype)
-    if spec.mask_operand:
-        # The tile programs declare the mask uint8, bool's bytes under a type that DLPack
-        # and TileLang's argument checks agree on.
-        operands = (*operands[:-1], operands[-1].astype(jnp.uint8))
     name = ffi_target(spec.name, dtype, tile)
     call = jax.ffi.ffi_call(name, jax.ShapeDtypeStruct(spec.result_shape(kernel_shape), x.dtype))
     return call(*(o.reshape(kernel_shape) for o in operands)).reshape(out_shape)

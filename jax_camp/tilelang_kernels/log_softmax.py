@@ -79,7 +79,7 @@ def log_softmax_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
 
 
 def log_softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
-    """log_softmax(X, where=Mask): Mask is uint8, nonzero where an element takes part.
+    """log_softmax(X, where=Mask): Mask is bool, true where an element takes part.
 
     The elements it masks out give -inf, jax.nn.log_softmax's answer.
     """

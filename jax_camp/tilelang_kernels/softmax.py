@@ -50,8 +50,9 @@ skips real -inf entries (their term is 0; letting them in would compute
 computes -inf - -inf = NaN, jax's answer; a NaN or +inf entry makes s NaN, and
 the whole row NaN, as in jax.
 
-softmax(x, where=mask), the kernel ``softmax_masked``, takes a uint8 Mask
-beside X, nonzero where an element takes part. Each pass reads the mask's tile
+softmax(x, where=mask), the kernel ``softmax_masked``, takes a bool Mask
+beside X, true where an element takes part: JAX's own mask, one byte an element,
+with no conversion pass before the kernel. Each pass reads the mask's tile
 with X's, in X's layout, so a thread holds the mask bytes of its own elements
 (on aligned rows in vectors too, of one byte per element of X's vector).
 Pass 1 turns a masked-out element into -inf, as it does a column past the row's
@@ -113,7 +114,7 @@ def row_softmax_program(
     reads shifted says so with ``write_needs_x``, and a resident tile then
     holds x for it or reads it again (MAX_VALUES_HELD_FOR_PASS_2).
     With ``masked_out`` given the kernel is a masked one, X, Mask to Y: Mask is
-    uint8, nonzero where an element takes part, and pass 2 stores
+    bool, true where an element takes part, and pass 2 stores
     ``masked_out`` for the elements it masks out.
     """
     masked = masked_out is not None
@@ -238,10 +239,10 @@ def row_softmax_program(
         @T.prim_func
         def row_softmax(
             X: T.Tensor((m_, n), dtype),
-            Mask: T.Tensor((m_, n), "uint8"),
+            Mask: T.Tensor((m_, n), "bool"),
             Y: T.Tensor((m_, n), dtype),
         ):
-            softmax_rows(X, Mask, Y)
+            softmax_rows(X, T.view(Mask, dtype="uint8"), Y)
 
     else:
 
@@ -312,7 +313,7 @@ def softmax_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
 
 
 def softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
-    """softmax(X, where=Mask): Mask is uint8, nonzero where an element takes part.
+    """softmax(X, where=Mask): Mask is bool, true where an element takes part.
 
     The elements it masks out give 0, jax.nn.softmax's answer.
     """
