@@ -233,7 +233,9 @@ def row_softmax_program(
                     normalize(Y, bx, kb, x, None, keep, row_max, log_sum, inv_sum, out)
 
     # A prim_func's parameters are its Python signature, so the two kernels
-    # have a signature each, around the one body.
+    # have a signature each, around the one body. The mask is declared bool, so that
+    # the argument check takes JAX's bool array, and read through a uint8 view of its
+    # bytes: TileLang's CUDA code has vectors of 8 bytes, but none of 8 bools.
     if masked:
 
         @T.prim_func
