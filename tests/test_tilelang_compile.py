@@ -246,7 +246,10 @@ def test_the_bridge_hands_a_mask_over_unconverted(monkeypatch, op: str) -> None:
     import jax
     import jax.numpy as jnp
 
-    monkeypatch.setattr(bridge, "compile_target", lambda: SM90)
+    if bridge.compile_target() is None:
+        # No GPU: the kernel the bridge registers (and keeps for the process) is for sm_90.
+        # On a GPU it is the one that GPU's later tests run, compiled for it.
+        monkeypatch.setattr(bridge, "compile_target", lambda: SM90)
     x = jnp.ones((4, 64), jnp.float32)
     call = jax.jit(lambda v, mask: bridge.kernel_call(bridge.OPS[op].spec, v, mask))
     text = call.lower(x, x > 0).as_text()
