@@ -329,6 +329,24 @@ def test_device_time_is_each_calls_span_on_the_gpu_streams() -> None:
     assert got["xla"].span_s == pytest.approx(2e-6) and got["cpu"].startswith("n/a: the trace held 3")
 
 
+def test_the_note_names_what_else_a_jax_camp_call_ran(capsys) -> None:
+    """A kernel of XLA's in a jax_camp call (here the conversion a where= mask once took before
+    TileLang's kernel) is a pass of its own: the note names it and its time. jax_camp's own
+    kernels, CUDA's and TileLang's, and XLA's row, are not named."""
+    kernels = [{"name": "softmax_masked_kernel", "per_call": 1.0, "us_per_call": 140.2},
+               {"name": "wrapped_convert", "per_call": 1.0, "us_per_call": 80.6},
+               {"name": "void jax_camp::softmax::SoftmaxForwardKernel<float>", "per_call": 1.0,
+                "us_per_call": 1.0}]
+    rows = [report.Row("softmax_where", "65536x1024", [65536, 1024], "float32", backend, 1,
+                       device={"valid": True, "span_us": 222.6, "busy_us": 221.8, "kernels": kernels})
+            for backend in ("tilelang", "xla")]
+    report.print_rows(rows)
+    lines = capsys.readouterr().out.splitlines()
+    ours, xla = (_cells(line, report.CASE_COLUMNS)["note"] for line in lines[-2:])
+    assert ours == "also wrapped_convert 80.6 us" and xla == ""
+    assert trace.is_jax_camp_kernel("softmax_masked_kernel") and not trace.is_jax_camp_kernel("fusion_3")
+
+
 def test_device_time_column(run_ops, tmp_path: Path, monkeypatch) -> None:
     """The device column holds the trace's span a call and XLA's over ours; where the trace has
     no GPU events (a CPU run) it says n/a and why, never a number."""

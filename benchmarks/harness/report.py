@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .crosscheck import describe
+from .trace import is_jax_camp_kernel
 from .verdict import AT_CEILING_PCT, FASTER, SLOWER, TIE, TIE_AT_CEILING
 
 CASE, HOST = "case", "host"  # a row of the shape matrix, or the host-bound tiny shape
@@ -77,6 +78,11 @@ def _notes(r: Row) -> str:
         notes.append("in-cache")
     if d.get("note") or d.get("invalid"):
         notes.append("dev " + (d.get("note") or "invalid: " + d["invalid"])[:80])
+    # What else a jax_camp call ran on the device: a conversion or a fusion of XLA's beside our
+    # kernel is a pass over memory of its own, which this flags (a gradient's loss is one).
+    others = [k for k in d.get("kernels", []) if not is_jax_camp_kernel(k["name"])]
+    if r.backend != "xla" and others:
+        notes.append("also " + ", ".join(f"{k['name'][:24]} {fmt_us(k['us_per_call'])} us" for k in others))
     return " ".join(notes)
 
 

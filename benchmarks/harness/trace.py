@@ -83,6 +83,13 @@ def _span_us(group: Sequence[dict]) -> float:
     return max(float(e["ts"]) + float(e.get("dur", 0)) for e in group) - min(float(e["ts"]) for e in group)
 
 
+def is_jax_camp_kernel(name: str) -> bool:
+    """Whether a kernel of the trace is one of jax_camp's: a CUDA kernel of namespace jax_camp,
+    or a TileLang kernel, which TileLang names ``<op>_kernel``. Anything else in a jax_camp
+    call's group is XLA's work or a copy or memset around the kernels."""
+    return "jax_camp" in name or name.endswith("_kernel")
+
+
 def kernel_breakdown(groups: Sequence[Sequence[dict]], top: int = 4) -> list[dict[str, Any]]:
     by_name: dict[str, list[float]] = {}
     for group in groups:
