@@ -9,8 +9,8 @@ by every tile of ``_rows.all_tiles``. Either way the CUDA source is checked:
 the copy and vector_add kernels must move their full tiles with 128-bit vector
 loads and stores, and the row kernels, on 16-byte aligned rows (every resident
 tile), load their operands 128 bits at a time; softmax's and log_softmax's forwards take one
-fast exponential a value a pass. The bridge hands the masked kernels JAX's bool mask without
-converting it.
+fast exponential a value a pass; the masked ones load the mask a vector at a time. The bridge
+hands the masked kernels JAX's bool mask without converting it.
 """
 
 from __future__ import annotations
@@ -141,6 +141,24 @@ def test_aligned_row_kernels_load_128_bit_vectors(
         assert re.search(STORE_128.format(buf=buf), source, re.M), (
             f"no 128-bit store to {buf} in the aligned {op} {dtype} {tile.name} kernel:\n{source}"
         )
+
+
+MASKED_ROW_CASES = [case for case in ROW_CASES if bridge.OPS[case[0]].spec.mask_operand]
+# A load of 4 or 8 bytes of the mask, a byte for each element of one of x's 16-byte vectors;
+# TileLang reads the bool buffer through a uint8 view, a pointer cast it may write or not.
+MASK_VECTOR = {4: r"u?int|u?char4", 8: r"u?int2|u?longlong|ulong|uchar8"}
+LOAD_MASK = r"= \*\((?:{types})\*\)\((?:\(\(u?char\*\)Mask\)|Mask) \+"
+
+
+@pytest.mark.parametrize("op, dtype, tile", MASKED_ROW_CASES, ids=map(_case_id, MASKED_ROW_CASES))
+def test_aligned_masked_kernels_load_the_mask_in_vectors(sources, op: str, dtype: str, tile: RowTile) -> None:
+    """The mask comes in with x's vectors: 4 bytes a load beside a float32 vector, 8 beside a
+    16-bit one, never a byte at a time."""
+    source = sources[(op, dtype, tile)].result()
+    width = 16 // ITEMSIZE[dtype]
+    assert re.search(LOAD_MASK.format(types=MASK_VECTOR[width]), source), (
+        f"no {width}-byte load from Mask in the aligned {op} {dtype} {tile.name} kernel:\n{source}"
+    )
 
 
 # The __expf calls in each forward's CUDA, for a resident tile and a streamed one: a resident
