@@ -126,8 +126,8 @@ def test_aligned_row_kernels_load_128_bit_vectors(
     programs, sources, op: str, dtype: str, tile: RowTile
 ) -> None:
     """On 16-byte aligned rows each operand of x's dtype comes in 128 bits a load, and a
-    result of rows goes out 128 bits a store; a where= mask, a byte an element, comes in
-    narrower vectors and is not checked, nor reduce_sum's result, a value a row."""
+    result of rows goes out 128 bits a store. A where= mask, a byte an element, comes in
+    narrower vectors (the next test), and reduce_sum's result, a value a row, is not checked."""
     case = (op, dtype, tile)
     program, source = programs[case], sources[case].result()
     spec = bridge.OPS[op].spec
