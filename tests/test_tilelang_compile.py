@@ -26,6 +26,8 @@ import pytest
 tilelang = pytest.importorskip("tilelang")
 pytest.importorskip("jax_tvm_ffi")
 
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 from tvm import tirx  # noqa: E402
 from tvm.target import Target  # noqa: E402
 
@@ -261,9 +263,6 @@ def test_every_configuration_has_its_own_target_name() -> None:
 def test_the_bridge_hands_a_mask_over_unconverted(monkeypatch, op: str) -> None:
     """A where= mask is XLA's bool, one byte an element, and the masked kernels read those
     bytes as they are: a conversion before the call would be a pass over the mask of its own."""
-    import jax
-    import jax.numpy as jnp
-
     if bridge.compile_target() is None:
         # No GPU: the kernel the bridge registers (and keeps for the process) is for sm_90.
         # On a GPU it is the one that GPU's later tests run, compiled for it.
