@@ -35,8 +35,8 @@ from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
-    ITEMSIZE, MIN_RESIDENT_COLS, RESIDENT_LIMIT, RowTile, all_tiles, long_row_tile, row_tile,
-    short_unaligned_tile, thread_and_slot,
+    MIN_RESIDENT_COLS, RESIDENT_LIMIT, RowTile, all_tiles, long_row_tile, row_tile,
+    short_unaligned_tile, thread_and_slot, vector_elements,
 )
 from jax_camp.tilelang_kernels.softmax import MAX_VALUES_HELD_FOR_PASS_2  # noqa: E402
 
@@ -145,7 +145,8 @@ def test_aligned_row_kernels_load_128_bit_vectors(
         )
 
 
-MASKED_ROW_CASES = [case for case in ROW_CASES if bridge.OPS[case[0]].spec.mask_operand]
+MASKED_OPS = tuple(name for name, kernel in bridge.OPS.items() if kernel.spec.mask_operand)
+MASKED_ROW_CASES = [case for case in ROW_CASES if case[0] in MASKED_OPS]
 # A load of 4 or 8 bytes of the mask, a byte for each element of one of x's 16-byte vectors;
 # TileLang reads the bool buffer through a uint8 view, a pointer cast it may write or not.
 MASK_VECTOR = {4: r"u?int|u?char4", 8: r"u?int2|u?longlong|ulong|uchar8"}
@@ -157,7 +158,7 @@ def test_aligned_masked_kernels_load_the_mask_in_vectors(sources, op: str, dtype
     """The mask comes in with x's vectors: 4 bytes a load beside a float32 vector, 8 beside a
     16-bit one, never a byte at a time."""
     source = sources[(op, dtype, tile)].result()
-    width = 16 // ITEMSIZE[dtype]
+    width = vector_elements(dtype)
     assert re.search(LOAD_MASK.format(types=MASK_VECTOR[width]), source), (
         f"no {width}-byte load from Mask in the aligned {op} {dtype} {tile.name} kernel:\n{source}"
     )
@@ -215,7 +216,7 @@ def test_rows_that_fit_are_resident(dtype: str) -> None:
     """Aligned rows up to RESIDENT_LIMIT are held by a tile as wide as the next power of two;
     longer rows are streamed a block a row, shorter unaligned ones a warp a row; every tile
     picked is one of all_tiles."""
-    vec = 16 // ITEMSIZE[dtype]
+    vec = vector_elements(dtype)
     tiles = all_tiles(dtype)
     for n in range(vec, 2 * RESIDENT_LIMIT, vec):
         tile = row_tile(n, dtype)
@@ -235,7 +236,7 @@ def test_row_layout_gives_each_element_its_own_register(dtype: str) -> None:
     """row_layout's map puts every element of every tile in a distinct (thread, slot),
     fills each thread's slots evenly, and gives a thread's 16-byte run one vector's
     consecutive slots, so a run loads with one 128-bit access."""
-    vec = 16 // ITEMSIZE[dtype]
+    vec = vector_elements(dtype)
     for tile in all_tiles(dtype):
         places = {}
         for i in range(tile.rows):
@@ -259,7 +260,7 @@ def test_every_configuration_has_its_own_target_name() -> None:
 
 
 @pytest.mark.skipif(not _has_nvcc(), reason="the bridge registers a kernel by compiling it, with nvcc")
-@pytest.mark.parametrize("op", [name for name, kernel in bridge.OPS.items() if kernel.spec.mask_operand])
+@pytest.mark.parametrize("op", MASKED_OPS)
 def test_the_bridge_hands_a_mask_over_unconverted(monkeypatch, op: str) -> None:
     """A where= mask is XLA's bool, one byte an element, and the masked kernels read those
     bytes as they are: a conversion before the call would be a pass over the mask of its own."""
