@@ -183,11 +183,12 @@ def _kernel_path(plan: dict) -> tuple[str, bool, bool]:
     return team, plan["pack"] > 1, plan["prefetches"]
 
 
-def tilelang_tiles_missed(shapes) -> set[tuple[str, str]]:
-    """The (dtype, tile) configurations of a TileLang row kernel (``_rows.all_tiles``) that
-    none of ``shapes`` reaches, so that a GPU run with --backend tilelang runs each one."""
-    every = {(d.name, t.name) for d in SUPPORTED_DTYPES for t in all_tiles(d.name)}
-    return every - {(d.name, row_tile(s[-1], d.name).name) for d in SUPPORTED_DTYPES for s in shapes}
+def tilelang_tiles_missed(op: str, shapes) -> set[tuple[str, str]]:
+    """The (dtype, tile) configurations of the TileLang row kernel ``op`` (``_rows.all_tiles``)
+    that none of ``shapes`` reaches, so that a GPU run with --backend tilelang runs each one."""
+    every = {(d.name, t.name) for d in SUPPORTED_DTYPES for t in all_tiles(d.name, op)}
+    return every - {(d.name, row_tile(s[-1], d.name, op).name)
+                    for d in SUPPORTED_DTYPES for s in shapes}
 
 
 def kernel_paths_missed(kernel: str, item_bytes: int, shapes) -> set[tuple[str, bool, bool]]:

@@ -35,7 +35,7 @@ from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
-    MIN_RESIDENT_COLS, RESIDENT_LIMIT, RowTile, all_tiles, long_row_tile, row_tile,
+    MIN_RESIDENT_COLS, RowTile, all_tiles, long_row_tile, resident_limit, row_tile,
     short_unaligned_tile, thread_and_slot, vector_elements,
 )
 from jax_camp.tilelang_kernels.softmax import MAX_VALUES_HELD_FOR_PASS_2  # noqa: E402
@@ -44,11 +44,12 @@ SM90 = {"kind": "cuda", "arch": "sm_90"}
 DTYPES = tuple(dtype.name for dtype in SUPPORTED_DTYPES)
 # (op, dtype, tile) triples the bridge can ask for: a row kernel by each of its tiles, a flat
 # kernel by none.
+ROW_OPS = tuple(name for name, kernel in bridge.OPS.items() if kernel.spec.along_rows)
 CASES = [
     (op, dtype, tile)
-    for op, kernel in bridge.OPS.items()
+    for op in bridge.OPS
     for dtype in DTYPES
-    for tile in (all_tiles(dtype) if kernel.spec.along_rows else (None,))
+    for tile in (all_tiles(dtype, op) if op in ROW_OPS else (None,))
 ]
 ROW_CASES = [case for case in CASES if case[2] is not None and case[2].aligned]
 # A 128-bit access in TileLang's CUDA is a global buffer offset cast to one of
@@ -202,6 +203,24 @@ def test_log_softmax_reads_a_crowded_resident_row_again(
     assert loads[twin] > 0 and loads[op] == loads[twin] * (2 if crowded else 1), (loads, tile)
 
 
+MASKED_RESIDENT_CASES = [case for case in MASKED_ROW_CASES if case[2].resident]
+
+
+@pytest.mark.parametrize("op, dtype, tile", MASKED_RESIDENT_CASES, ids=map(_case_id, MASKED_RESIDENT_CASES))
+def test_a_crowded_masked_row_reads_its_mask_again(sources, op: str, dtype: str, tile: RowTile) -> None:
+    """Pass 2 of a masked kernel needs each element's mask byte: a resident tile holds the
+    bytes through pass 1 where a thread has at most MAX_VALUES_HELD_FOR_PASS_2 values of the
+    row, and reads them again past that (with x, for log_softmax), so that they take no
+    registers beside pass 1's exponentials."""
+    source = sources[(op, dtype, tile)].result()
+    x_loads = len(re.findall(LOAD_128.format(buf="X"), source))
+    mask_loads = len(re.findall(LOAD_MASK.format(types=MASK_VECTOR[vector_elements(dtype)]), source))
+    crowded = tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
+    x_reads = 2 if crowded and op.startswith("log_") else 1
+    mask_reads = 2 if crowded else 1
+    assert x_loads > 0 and mask_loads * x_reads == x_loads * mask_reads, (x_loads, mask_loads, tile)
+
+
 def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:
     """The aligned variant really is one: T.assume changes the generated code."""
     general = sources[("reduce_sum", "float16", long_row_tile("float16", False))].result()
@@ -211,24 +230,34 @@ def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:
     assert not re.search(LOAD_128.format(buf="X"), general)
 
 
+@pytest.mark.parametrize("op", ROW_OPS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_rows_that_fit_are_resident(dtype: str) -> None:
-    """Aligned rows up to RESIDENT_LIMIT are held by a tile as wide as the next power of two;
-    longer rows are streamed a block a row, shorter unaligned ones a warp a row; every tile
-    picked is one of all_tiles."""
+def test_rows_that_fit_are_resident(dtype: str, op: str) -> None:
+    """Aligned rows up to the kernel's resident limit are held by a tile as wide as the next
+    power of two, of at most 1024 threads; longer rows are streamed a block a row, shorter
+    unaligned ones a warp a row; every tile picked is one of all_tiles."""
     vec = vector_elements(dtype)
-    tiles = all_tiles(dtype)
-    for n in range(vec, 2 * RESIDENT_LIMIT, vec):
-        tile = row_tile(n, dtype)
+    tiles = all_tiles(dtype, op)
+    limit = resident_limit(op)
+    for n in range(vec, 2 * limit, vec):
+        tile = row_tile(n, dtype, op)
         assert tile in tiles
-        if n <= RESIDENT_LIMIT:
-            assert tile.resident and tile.cols >= n
+        if n <= limit:
+            assert tile.resident and tile.cols >= n and tile.threads <= 1024
             assert tile.cols // 2 < n or tile.cols == MIN_RESIDENT_COLS
         else:
             assert tile == long_row_tile(dtype, True)
-    for n in (1, 3, vec + 1, 1025, RESIDENT_LIMIT - 1):
-        assert row_tile(n, dtype) == short_unaligned_tile(dtype)
-    assert row_tile(RESIDENT_LIMIT + 1, dtype) == long_row_tile(dtype, False)
+    for n in (1, 3, vec + 1, 1025, limit - 1):
+        assert row_tile(n, dtype, op) == short_unaligned_tile(dtype)
+    assert row_tile(limit + 1, dtype, op) == long_row_tile(dtype, False)
+
+
+def test_only_the_unmasked_forwards_hold_rows_past_16384() -> None:
+    """softmax and log_softmax hold rows of up to 32768 values; the kernels that hold a mask or
+    a second operand beside a row, and reduce_sum, stream them."""
+    wide = {op for op in ROW_OPS if resident_limit(op) > 16384}
+    assert wide == {"softmax", "log_softmax"}
+    assert all(resident_limit(op) == 32768 for op in wide)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -237,7 +266,7 @@ def test_row_layout_gives_each_element_its_own_register(dtype: str) -> None:
     fills each thread's slots evenly, and gives a thread's 16-byte run one vector's
     consecutive slots, so a run loads with one 128-bit access."""
     vec = vector_elements(dtype)
-    for tile in all_tiles(dtype):
+    for tile in {tile for op in ROW_OPS for tile in all_tiles(dtype, op)}:
         places = {}
         for i in range(tile.rows):
             for j in range(tile.cols):
@@ -255,8 +284,9 @@ def test_every_configuration_has_its_own_target_name() -> None:
     """The bridge registers each (op, dtype, tile) under a name made of the three, so two tiles
     of one dtype with one name would run one's kernel for the other's shapes."""
     for dtype in DTYPES:
-        names = [tile.name for tile in all_tiles(dtype)]
-        assert len(set(names)) == len(names), names
+        for op in ROW_OPS:
+            names = [tile.name for tile in all_tiles(dtype, op)]
+            assert len(set(names)) == len(names), names
 
 
 @pytest.mark.skipif(not _has_nvcc(), reason="the bridge registers a kernel by compiling it, with nvcc")

@@ -4,13 +4,21 @@ A block owns ``rows`` rows and takes them ``cols`` columns, one tile, at a time.
 picks the tile from the row length N when it traces a call (``row_tile``), so each tile shape
 is one compile, which serves every N it is picked for:
 
-- **Resident** rows, N up to RESIDENT_LIMIT on 16-byte aligned rows: the tile is as wide as
-  the row (the power of two at or above N, at least MIN_RESIDENT_COLS), so a block reads a row
-  from memory once and keeps it in registers for every pass a kernel makes. Each thread holds
-  a few 16-byte vectors of it: short rows give a block up to 8 rows, long ones more threads.
-- **Long** rows, past RESIDENT_LIMIT: a block of LONG_ROW_THREADS threads a row, walked in
+- **Resident** rows, N up to the kernel's resident limit on 16-byte aligned rows: the tile is
+  as wide as the row (the power of two at or above N, at least MIN_RESIDENT_COLS), so a block
+  reads a row from memory once and keeps it in registers for every pass a kernel makes. Each
+  thread holds a few 16-byte vectors of it: short rows give a block up to 8 rows, long ones
+  more threads, up to MAX_THREADS, and past that more vectors a thread.
+- **Long** rows, past the resident limit: a block of LONG_ROW_THREADS threads a row, walked in
   tiles of 2 vectors of 16 bytes a thread; a kernel that needs a second pass reads the row
   again.
+
+The resident limit (``resident_limit``) is RESIDENT_LIMIT for most kernels. The unmasked
+forwards, softmax and log_softmax, hold nothing of a row beside its values, so rows of up to
+WIDE_RESIDENT_LIMIT still fit one block's registers without a spill, at 32 values a thread;
+reading such a row once outweighs the one block an SM that leaves. A kernel holding a mask or a
+second operand beside them would spill or fit fewer blocks, and reduce_sum reads a row once
+either way.
 - **Short unaligned** rows: 4 rows a block of 128 threads, a warp a row, walked in tiles of a
   warp's 32 lanes x 2 vectors, with element-wise loads.
 
@@ -30,16 +38,19 @@ ACCUM = "float32"
 
 MIN_RESIDENT_COLS = 128
 RESIDENT_LIMIT = 16384
+WIDE_RESIDENT_LIMIT = 32768
+RESIDENT_LIMITS = {"softmax": WIDE_RESIDENT_LIMIT, "log_softmax": WIDE_RESIDENT_LIMIT}
 LONG_ROW_THREADS = 512
 SHORT_ROWS, SHORT_ROW_THREADS = 4, 128
 
 # How a resident tile spreads its rows over threads: each thread holds up to
 # VECTORS_PER_THREAD 16-byte vectors of a row (MORE_VECTORS_PER_THREAD from
 # MORE_VECTORS_FROM_COLS columns on, so that a long row takes fewer threads), a block
-# has at least MIN_THREADS threads and holds at most MAX_ROWS rows.
+# has MIN_THREADS to MAX_THREADS threads (a thread holds more vectors of a row that would
+# need more) and holds at most MAX_ROWS rows.
 VECTORS_PER_THREAD = 2
 MORE_VECTORS_PER_THREAD, MORE_VECTORS_FROM_COLS = 4, 8192
-MIN_THREADS = 128
+MIN_THREADS, MAX_THREADS = 128, 1024
 MAX_ROWS = 8
 
 
@@ -94,35 +105,42 @@ def resident_tile(cols: int, dtype: str) -> RowTile:
     """Rows of up to ``cols`` (a power of two) of ``dtype`` held in registers."""
     row_vectors = cols // vector_elements(dtype)
     per_thread = MORE_VECTORS_PER_THREAD if cols >= MORE_VECTORS_FROM_COLS else VECTORS_PER_THREAD
+    per_thread = max(per_thread, row_vectors // MAX_THREADS)
     threads = max(MIN_THREADS, row_vectors // per_thread)
     rows = min(MAX_ROWS, max(1, threads * per_thread // row_vectors))
     return RowTile(rows, cols, threads, True, True)
 
 
-def resident_widths() -> tuple[int, ...]:
-    """Every resident tile width, MIN_RESIDENT_COLS to RESIDENT_LIMIT."""
+def resident_limit(op: str) -> int:
+    """The widest row ``op``'s kernel holds in registers (RESIDENT_LIMITS, else RESIDENT_LIMIT)."""
+    return RESIDENT_LIMITS.get(op, RESIDENT_LIMIT)
+
+
+def resident_widths(op: str) -> tuple[int, ...]:
+    """Every resident tile width of ``op``'s kernel, MIN_RESIDENT_COLS to its resident limit."""
     widths, cols = [], MIN_RESIDENT_COLS
-    while cols <= RESIDENT_LIMIT:
+    while cols <= resident_limit(op):
         widths.append(cols)
         cols *= 2
     return tuple(widths)
 
 
-def row_tile(n: int, dtype: str) -> RowTile:
-    """The tile for rows of ``n`` elements of ``dtype``: resident where it can be."""
+def row_tile(n: int, dtype: str, op: str) -> RowTile:
+    """The tile of ``op``'s kernel for rows of ``n`` elements of ``dtype``: resident where it
+    can be."""
     aligned = is_aligned(n, dtype)
-    if n > RESIDENT_LIMIT:
+    if n > resident_limit(op):
         return long_row_tile(dtype, aligned)
     if not aligned:
         return short_unaligned_tile(dtype)
     return resident_tile(max(MIN_RESIDENT_COLS, 1 << (n - 1).bit_length()), dtype)
 
 
-def all_tiles(dtype: str) -> tuple[RowTile, ...]:
-    """Every tile ``row_tile`` can pick for ``dtype``: what a compile of every configuration
-    compiles."""
+def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
+    """Every tile ``row_tile`` can pick for ``op``'s kernel in ``dtype``: what a compile of
+    every configuration compiles."""
     return (short_unaligned_tile(dtype), long_row_tile(dtype, False), long_row_tile(dtype, True),
-            *(resident_tile(cols, dtype) for cols in resident_widths()))
+            *(resident_tile(cols, dtype) for cols in resident_widths(op)))
 
 
 def column_tiles(tile: RowTile, n):

@@ -136,7 +136,7 @@ def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
     shape, dtype = x.shape, jnp.dtype(x.dtype).name
     if spec.along_rows:
         kernel_shape = (math.prod(shape[:-1]), shape[-1])
-        tile = row_tile(shape[-1], dtype)
+        tile = row_tile(shape[-1], dtype, spec.name)
     else:
         kernel_shape = (math.prod(shape),)
         tile = None

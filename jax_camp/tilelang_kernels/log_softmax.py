@@ -11,7 +11,8 @@ exp(x - m) * (1/s); log_softmax takes no exponential there and writes
 
 So log_softmax's pass 2 needs x, where softmax's needs only the exponentials
 pass 1 kept. A resident tile holds x for it while its threads hold up to 16
-values of the row; 16-bit rows of 8192 and more give a thread 32, and x beside
+values of the row; 16-bit rows of 8192 and 16384, and rows of 32768 (which the
+unmasked forwards hold, ``_rows.resident_limit``), give a thread 32, and x beside
 the exponentials would take so many registers that fewer blocks fit an SM, so
 there pass 2 reads the row again, from L2, where pass 1 has just read it
 (``MAX_VALUES_HELD_FOR_PASS_2``; docs/tilelang.md has the measurement).

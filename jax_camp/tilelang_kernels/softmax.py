@@ -3,7 +3,8 @@
 Each kernel is built for one tile (``_rows.py``), picked from the row length
 when a call is traced, and its code takes one of two shapes:
 
-Resident rows (up to 16384 elements, 16-byte aligned). The block's tile is as
+Resident rows (16-byte aligned, up to 32768 elements for the unmasked
+forward and 16384 for the others: ``_rows.resident_limit``). The block's tile is as
 wide as the row, so one ``T.copy`` brings the whole row into registers, and
 everything after reads it there: ``T.reduce_max`` for the row maximum m,
 ``T.reduce_sum`` of e = exp(x - m) for s, then each element's y = e * (1/s)
@@ -57,7 +58,8 @@ with X's, in X's layout, so a thread holds the mask bytes of its own elements
 (on aligned rows in vectors too, of one byte per element of X's vector).
 Pass 1 turns a masked-out element into -inf, as it does a column past the row's
 end: it enters neither the max nor the sum, and a NaN or +inf there changes
-nothing. Pass 2 stores 0 for it, jax's answer, whatever e / s would give. So
+nothing. Pass 2 stores 0 for it (a resident tile whose threads hold many values
+reads the mask again for it rather than hold a byte a value through pass 1), jax's answer, whatever e / s would give. So
 the kept elements come out as a row of them alone would (all -inf: NaN, as in
 jax), and a fully masked row, which has no kept element and s = 0, comes out
 all 0, never NaN.
@@ -95,10 +97,11 @@ def exp(t):
     return T.__exp(t)
 
 
-# The most values of x a thread of a resident tile holds through pass 1 for a pass 2 that
-# needs x again (log_softmax's). Past it (16-bit rows of 8192 and more: 32 values a thread)
-# x beside pass 1's exponentials takes so many registers that fewer blocks fit an SM, and
-# pass 2 reads the row again instead, from L2, where pass 1 has just read it.
+# The most values a thread of a resident tile holds through pass 1 for a pass 2 that needs
+# them again: x for log_softmax, the mask for a masked kernel. Past it (16-bit rows of 8192
+# and more, rows of 32768: 32 values a thread) holding them beside pass 1's exponentials
+# takes so many registers that fewer blocks fit an SM, and pass 2 reads them again instead,
+# from L2, where pass 1 has just read them.
 MAX_VALUES_HELD_FOR_PASS_2 = 16
 
 
@@ -112,14 +115,17 @@ def row_softmax_program(
     its output in float32 from shifted = x - m, e = exp(x - m), and its row's
     log(s) and 1/s. A formula that ignores e costs no exponential; one that
     reads shifted says so with ``write_needs_x``, and a resident tile then
-    holds x for it or reads it again (MAX_VALUES_HELD_FOR_PASS_2).
+    holds x for it or reads it again (MAX_VALUES_HELD_FOR_PASS_2), as it does
+    a masked kernel's mask.
     With ``masked_out`` given the kernel is a masked one, X, Mask to Y: Mask is
     bool, true where an element takes part, and pass 2 stores
     ``masked_out`` for the elements it masks out.
     """
     masked = masked_out is not None
     rows, cols = tile.rows, tile.cols
-    reread_resident_row = write_needs_x and tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
+    crowded = tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
+    reread_resident_row = write_needs_x and crowded
+    reread_mask = masked and crowded
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     neg_inf = -T.infinity(ACCUM)
@@ -225,6 +231,8 @@ def row_softmax_program(
             if tile.resident:
                 if reread_resident_row:
                     load(X, Mask, bx, 0, x_tile, keep, x)
+                elif reread_mask:
+                    T.copy(Mask[bx * rows, 0], keep)
                 normalize(Y, bx, 0, x, scaled, keep, row_max, log_sum, inv_sum, out)
             else:
                 # Pass 2 reads the row again.
