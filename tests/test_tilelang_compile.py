@@ -42,9 +42,9 @@ from jax_camp.tilelang_kernels.softmax import MAX_VALUES_HELD_FOR_PASS_2  # noqa
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 DTYPES = tuple(dtype.name for dtype in SUPPORTED_DTYPES)
+ROW_OPS = tuple(name for name, kernel in bridge.OPS.items() if kernel.spec.along_rows)
 # (op, dtype, tile) triples the bridge can ask for: a row kernel by each of its tiles, a flat
 # kernel by none.
-ROW_OPS = tuple(name for name, kernel in bridge.OPS.items() if kernel.spec.along_rows)
 CASES = [
     (op, dtype, tile)
     for op in bridge.OPS
@@ -206,8 +206,11 @@ def test_log_softmax_reads_a_crowded_resident_row_again(
 MASKED_RESIDENT_CASES = [case for case in MASKED_ROW_CASES if case[2].resident]
 
 
-@pytest.mark.parametrize("op, dtype, tile", MASKED_RESIDENT_CASES, ids=map(_case_id, MASKED_RESIDENT_CASES))
-def test_a_crowded_masked_row_reads_its_mask_again(sources, op: str, dtype: str, tile: RowTile) -> None:
+@pytest.mark.parametrize("op, dtype, tile", MASKED_RESIDENT_CASES,
+                         ids=map(_case_id, MASKED_RESIDENT_CASES))
+def test_a_crowded_masked_row_reads_its_mask_again(
+    sources, op: str, dtype: str, tile: RowTile
+) -> None:
     """Pass 2 of a masked kernel needs each element's mask byte: a resident tile holds the
     bytes through pass 1 where a thread has at most MAX_VALUES_HELD_FOR_PASS_2 values of the
     row, and reads them again past that (with x, for log_softmax), so that they take no

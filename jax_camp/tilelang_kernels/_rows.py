@@ -12,6 +12,8 @@ is one compile, which serves every N it is picked for:
 - **Long** rows, past the resident limit: a block of LONG_ROW_THREADS threads a row, walked in
   tiles of 2 vectors of 16 bytes a thread; a kernel that needs a second pass reads the row
   again.
+- **Short unaligned** rows: 4 rows a block of 128 threads, a warp a row, walked in tiles of a
+  warp's 32 lanes x 2 vectors, with element-wise loads.
 
 The resident limit (``resident_limit``) is RESIDENT_LIMIT for most kernels. The unmasked
 forwards, softmax and log_softmax, hold nothing of a row beside its values, so rows of up to
@@ -19,8 +21,6 @@ WIDE_RESIDENT_LIMIT still fit one block's registers without a spill, at 32 value
 reading such a row once outweighs the one block an SM that leaves. A kernel holding a mask or a
 second operand beside them would spill or fit fewer blocks, and reduce_sum reads a row once
 either way.
-- **Short unaligned** rows: 4 rows a block of 128 threads, a warp a row, walked in tiles of a
-  warp's 32 lanes x 2 vectors, with element-wise loads.
 
 ``aligned`` is a compile-time promise that every row starts on a 16-byte boundary
 (N * itemsize % 16 == 0), made through ``T.assume``: with it TileLang masks whole vectors at

@@ -58,11 +58,11 @@ with X's, in X's layout, so a thread holds the mask bytes of its own elements
 (on aligned rows in vectors too, of one byte per element of X's vector).
 Pass 1 turns a masked-out element into -inf, as it does a column past the row's
 end: it enters neither the max nor the sum, and a NaN or +inf there changes
-nothing. Pass 2 stores 0 for it (a resident tile whose threads hold many values
-reads the mask again for it rather than hold a byte a value through pass 1), jax's answer, whatever e / s would give. So
-the kept elements come out as a row of them alone would (all -inf: NaN, as in
-jax), and a fully masked row, which has no kept element and s = 0, comes out
-all 0, never NaN.
+nothing. Pass 2 stores 0 for it, jax's answer, whatever e / s would give (a
+resident tile whose threads hold many values reads the mask again there rather
+than hold a byte a value through pass 1). So the kept elements come out as a
+row of them alone would (all -inf: NaN, as in jax), and a fully masked row,
+which has no kept element and s = 0, comes out all 0, never NaN.
 
 Backward: dx = y * (g - sum(g * y)) along the row, from the forward's output
 y and the incoming cotangent g. Pass 1 accumulates g * y element-wise into a
