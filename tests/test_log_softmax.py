@@ -17,7 +17,7 @@ import jax_camp
 from jax_camp.ops.log_softmax import (LOG_SOFTMAX, LOG_SOFTMAX_BACKWARD, LOG_SOFTMAX_MASKED,
                                       LOG_SOFTMAX_TANGENT)
 from helpers import (DTYPES, RowOp, assert_close, f64, hlo_text, kernel_paths_missed,
-                     log_softmax_reference, random_mask, random_normal)
+                     log_softmax_reference, random_mask, random_normal, tilelang_tiles_missed)
 # softmax's value and derivative tests over its shapes, with and without where=, run here on
 # log_softmax (the `op` fixture below).
 from test_softmax import (LONG_ROWS, SHAPES, test_jvp_matches_reference,  # noqa: F401
@@ -34,6 +34,17 @@ from test_softmax import (LONG_ROWS, SHAPES, test_jvp_matches_reference,  # noqa
 @pytest.mark.parametrize("item_bytes", [4, 2])
 def test_shapes_reach_every_kernel_path(kernel, item_bytes):
     missed = kernel_paths_missed(kernel.name, item_bytes, SHAPES + [LONG_ROWS])
+    assert not missed, f"no test shape reaches {sorted(missed)}"
+
+
+@pytest.mark.parametrize("kernel", [LOG_SOFTMAX, LOG_SOFTMAX_MASKED, LOG_SOFTMAX_BACKWARD,
+                                    LOG_SOFTMAX_TANGENT],
+                         ids=lambda spec: spec.name)
+def test_shapes_reach_every_tilelang_tile(kernel):
+    """softmax's SHAPES and test_long_rows' shape reach every tile of log_softmax's TileLang
+    kernels, in every dtype, so that a GPU run with --backend tilelang compiles and runs each
+    one."""
+    missed = tilelang_tiles_missed(kernel.name, SHAPES + [LONG_ROWS])
     assert not missed, f"no test shape reaches {sorted(missed)}"
 
 
