@@ -181,27 +181,27 @@ sanitize() {  # tools...
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 rm -f "$out"/*.summary
 if has build || ! installed; then run_step build build; fi
-# The two suites run at once: each keeps the GPU far from busy. The TileLang suite
-# compiles its kernels first, every configuration at once on all cores (the compile
-# test), into TileLang's disk cache; the suite, which compiles on first use one
-# kernel at a time, then finds them there.
+# A process compiles a TileLang kernel on its first call, one at a time; the compile test
+# compiles every configuration at once on all cores, into TileLang's disk cache, where the
+# steps after it find them. Each step that runs TileLang kernels runs it first, once a call.
+compile_tilelang() {
+  [ -f "$out/tilelang-compile.summary" ] || run_step tilelang-compile $pytest tests/test_tilelang_compile.py
+}
+# The two suites run at once: each keeps the GPU far from busy.
 has cuda && run_step pytest-cuda $pytest tests --backend cuda &
-has tilelang && { run_step tilelang-compile $pytest tests/test_tilelang_compile.py;
-                  run_step pytest-tilelang $pytest tests --backend tilelang; } &
+has tilelang && { compile_tilelang; run_step pytest-tilelang $pytest tests --backend tilelang; } &
 wait
 tools=
 for tool in memcheck synccheck initcheck racecheck; do
   if has sanitize || has $tool; then tools+=" $tool"; fi
 done
 if [ -n "$tools" ]; then
+  [[ " $sanitize_backends " == *" tilelang "* ]] && compile_tilelang
   run_step sanitize sanitize $tools
   grep -- '--backend' "$out/sanitize.log" | sed 's/^/    /' >>"$out/sanitize.summary"
 fi
 if has bench; then
-  # The benchmark's first call of a TileLang case compiles its kernel, one at a time, inside
-  # its time limit; unless the tilelang step just did, the compile test first compiles every
-  # configuration at once on all cores, into the disk cache those calls then read.
-  has tilelang || run_step tilelang-compile $pytest tests/test_tilelang_compile.py
+  compile_tilelang
   # Stops starting cases in time to write what it has before a 10-minute device call ends,
   # counting what this call ran before it. Where the whole matrix takes longer, run it in
   # parts, one call each (GPU_CHECK_BENCH_OPS above), and read the parts as one:
