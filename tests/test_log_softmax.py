@@ -20,9 +20,10 @@ from helpers import (DTYPES, RowOp, assert_close, f64, hlo_text, kernel_paths_mi
                      log_softmax_reference, random_mask, random_normal, tilelang_tiles_missed)
 # softmax's value and derivative tests over its shapes, with and without where=, run here on
 # log_softmax (the `op` fixture below).
-from test_softmax import (LONG_ROWS, SHAPES, test_jvp_matches_reference,  # noqa: F401
+from test_softmax import (LONG_ROWS, ROW_GROUP_SHAPES, SHAPES,  # noqa: F401
                           test_forward_brings_a_row_counter_only_where_its_kernel_may_claim_rows,
-                          test_long_rows, test_matches_reference, test_rows_claimed_by_clusters,
+                          test_jvp_matches_reference, test_long_rows, test_matches_reference,
+                          test_row_groups, test_rows_claimed_by_clusters,
                           test_special_values_match_jax, test_vjp_matches_reference,
                           test_where_matches_reference, test_where_on_long_rows,
                           test_where_runs_the_masked_kernel, test_where_special_values_match_jax)
@@ -41,10 +42,10 @@ def test_shapes_reach_every_kernel_path(kernel, item_bytes):
                                     LOG_SOFTMAX_TANGENT],
                          ids=lambda spec: spec.name)
 def test_shapes_reach_every_tilelang_tile(kernel):
-    """softmax's SHAPES and test_long_rows' shape reach every tile of log_softmax's TileLang
-    kernels, in every dtype, so that a GPU run with --backend tilelang compiles and runs each
-    one."""
-    missed = tilelang_tiles_missed(kernel.name, SHAPES + [LONG_ROWS])
+    """softmax's SHAPES and the shapes of test_long_rows and test_row_groups reach every tile
+    of log_softmax's TileLang kernels, in every dtype, so that a GPU run with --backend
+    tilelang compiles and runs each one."""
+    missed = tilelang_tiles_missed(kernel.name, SHAPES + [LONG_ROWS] + ROW_GROUP_SHAPES)
     assert not missed, f"no test shape reaches {sorted(missed)}"
 
 

@@ -33,6 +33,9 @@ SHAPES = [
 ]
 # Unaligned rows longer than a cluster holds, streamed in scalars (test_long_rows).
 LONG_ROWS = (2, 1_000_003)
+# Rows many and long enough that the TileLang forwards' blocks of 1024 threads take 16 row
+# groups in turn (_rows.row_tile), the last block's groups past the last row (test_row_groups).
+ROW_GROUP_SHAPES = [(2053, 9000), (2050, 17_000)]
 
 
 @pytest.mark.parametrize("kernel", ["softmax", "softmax_masked", "softmax_backward"])
@@ -46,9 +49,9 @@ def test_shapes_reach_every_kernel_path(kernel, item_bytes):
 
 @pytest.mark.parametrize("kernel", ["softmax", "softmax_masked", "softmax_backward"])
 def test_shapes_reach_every_tilelang_tile(kernel):
-    """SHAPES and test_long_rows' shape reach every tile of softmax's TileLang kernels, in
+    """SHAPES and the shapes of test_long_rows and test_row_groups reach every tile of softmax's TileLang kernels, in
     every dtype, so that a GPU run with --backend tilelang compiles and runs each one."""
-    missed = tilelang_tiles_missed(kernel, SHAPES + [LONG_ROWS])
+    missed = tilelang_tiles_missed(kernel, SHAPES + [LONG_ROWS] + ROW_GROUP_SHAPES)
     assert not missed, f"no test shape reaches {sorted(missed)}"
 
 
@@ -74,6 +77,13 @@ def test_matches_reference(op, shape, dtype, backend):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_long_rows(op, dtype, backend):
     check_values(op.fn, op.reference, LONG_ROWS, dtype, backend, scale=1.0)
+
+
+@pytest.mark.parametrize("where", [False, True])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", on_this_machine(ROW_GROUP_SHAPES))
+def test_row_groups(op, shape, dtype, where, backend):
+    check_values(op.fn, op.reference, shape, dtype, backend, where=where)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])

@@ -28,6 +28,7 @@ pytest.importorskip("jax_tvm_ffi")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
+import tvm  # noqa: E402
 from tvm import tirx  # noqa: E402
 from tvm.target import Target  # noqa: E402
 
@@ -35,7 +36,8 @@ from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
-    MIN_RESIDENT_COLS, RowTile, all_tiles, long_row_tile, resident_limit, row_tile,
+    ITEMSIZE, MASKED_KERNELS, MAX_THREADS, MIN_RESIDENT_COLS, ROW_GROUPS, SHARED_MEMORY_BYTES,
+    RowTile, all_tiles, long_row_tile, prefetch_stages, resident_limit, resident_tile, row_tile,
     short_unaligned_tile, thread_and_slot, vector_elements,
 )
 from jax_camp.tilelang_kernels.softmax import MAX_VALUES_HELD_FOR_PASS_2  # noqa: E402
@@ -57,6 +59,9 @@ ROW_CASES = [case for case in CASES if case[2] is not None and case[2].aligned]
 _VEC128 = r"\*\((?:uint4|int4|float4|ulonglong2|longlong2|double2)\*\)\({buf} \+"
 LOAD_128 = "= " + _VEC128
 STORE_128 = r"^\s*" + _VEC128 + r"[^;]*\) = "
+# A tile taking row groups in turn copies its operands into shared memory with cp.async,
+# 16 bytes (x's vector) or 4 or 8 (a mask's bytes beside it) a copy.
+ASYNC_LOAD = r"cp_async_gs(?:_conditional)?<{size}>\([^;]*&\((?:\(\(u?char\*\){buf}\)|{buf})\["
 PROGRESS_S = 15
 
 
@@ -68,8 +73,8 @@ def _has_nvcc() -> bool:
 def _source(program) -> str:
     if _has_nvcc():
         return bridge.compile_program(program, target=SM90).get_kernel_source()
-    # Lowering reads the target from a thread-local context.
-    with Target(SM90):
+    # Lowering reads the target and the pass configuration from thread-local contexts.
+    with Target(SM90), tvm.transform.PassContext(config=bridge.PASS_CONFIGS):
         return tilelang.lower(program, target=SM90).kernel_source
 
 
@@ -96,6 +101,25 @@ def sources(request, programs) -> dict[tuple[str, str, RowTile | None], concurre
             progress(request.config, f"test_tilelang_compile: {len(futures) - len(pending)}/"
                                      f"{len(futures)} compiled ({time.monotonic() - start:.0f} s)")
     return futures
+
+
+def _x_loads(source: str, buf: str = "X") -> int:
+    """The places ``source`` reads ``buf`` 128 bits at a time, straight or by cp.async."""
+    return (len(re.findall(LOAD_128.format(buf=buf), source))
+            + len(re.findall(ASYNC_LOAD.format(size=16, buf=buf), source)))
+
+
+def _mask_loads(source: str, dtype: str) -> int:
+    """The places ``source`` reads a vector's worth of mask bytes, straight or by cp.async."""
+    width = vector_elements(dtype)
+    return (len(re.findall(LOAD_MASK.format(types=MASK_VECTOR[width]), source))
+            + len(re.findall(ASYNC_LOAD.format(size=width, buf="Mask"), source)))
+
+
+def _bodies(op: str, dtype: str, tile: RowTile) -> int:
+    """How many times a row group's code is in the kernel: a software pipeline's epilogue
+    writes it out again for each group it keeps in flight."""
+    return 1 if tile.row_groups == 1 else 1 + prefetch_stages(tile, dtype, op)
 
 
 def _case_id(case) -> str:
@@ -136,7 +160,7 @@ def test_aligned_row_kernels_load_128_bit_vectors(
     spec = bridge.OPS[op].spec
     for param in program.params[: spec.arity - spec.mask_operand]:
         buf = program.buffer_map[param].name
-        assert re.search(LOAD_128.format(buf=buf), source), (
+        assert _x_loads(source, buf), (
             f"no 128-bit load from {buf} in the aligned {op} {dtype} {tile.name} kernel:\n{source}"
         )
     if not spec.drops_last_dim:
@@ -160,7 +184,7 @@ def test_aligned_masked_kernels_load_the_mask_in_vectors(sources, op: str, dtype
     16-bit one, never a byte at a time."""
     source = sources[(op, dtype, tile)].result()
     width = vector_elements(dtype)
-    assert re.search(LOAD_MASK.format(types=MASK_VECTOR[width]), source), (
+    assert _mask_loads(source, dtype), (
         f"no {width}-byte load from Mask in the aligned {op} {dtype} {tile.name} kernel:\n{source}"
     )
 
@@ -180,7 +204,8 @@ def test_forwards_take_one_fast_exponential_a_value_a_pass(sources, op: str, dty
     accurate = re.findall(r"\b(?:expf|exp2f|exp|exp2)\(", source)
     assert not accurate, f"{accurate} in the {op} {dtype} {tile.name} kernel:\n{source}"
     resident, streamed = EXP_CALLS[op]
-    assert len(re.findall(r"__expf\(", source)) == (resident if tile.resident else streamed), source
+    calls = (resident if tile.resident else streamed) * _bodies(op, dtype, tile)
+    assert len(re.findall(r"__expf\(", source)) == calls, source
 
 
 RESIDENT_CASES = [case for case in FORWARD_CASES if case[0].startswith("log_") and case[2].resident]
@@ -195,10 +220,7 @@ def test_log_softmax_reads_a_crowded_resident_row_again(
     x does not stay in registers beside pass 1's exponentials. softmax's pass 2 needs only
     the exponentials, and reads the row once."""
     twin = op.replace("log_", "")
-    loads = {
-        name: len(re.findall(LOAD_128.format(buf="X"), sources[(name, dtype, tile)].result()))
-        for name in (op, twin)
-    }
+    loads = {name: _x_loads(sources[(name, dtype, tile)].result()) for name in (op, twin)}
     crowded = tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
     assert loads[twin] > 0 and loads[op] == loads[twin] * (2 if crowded else 1), (loads, tile)
 
@@ -216,12 +238,64 @@ def test_a_crowded_masked_row_reads_its_mask_again(
     row, and reads them again past that (with x, for log_softmax), so that they take no
     registers beside pass 1's exponentials."""
     source = sources[(op, dtype, tile)].result()
-    x_loads = len(re.findall(LOAD_128.format(buf="X"), source))
-    mask_loads = len(re.findall(LOAD_MASK.format(types=MASK_VECTOR[vector_elements(dtype)]), source))
+    x_loads, mask_loads = _x_loads(source), _mask_loads(source, dtype)
     crowded = tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
     x_reads = 2 if crowded and op.startswith("log_") else 1
     mask_reads = 2 if crowded else 1
     assert x_loads > 0 and mask_loads * x_reads == x_loads * mask_reads, (x_loads, mask_loads, tile)
+
+
+GROUPED_CASES = [case for case in ROW_CASES if case[2].row_groups > 1]
+
+
+@pytest.mark.parametrize("op, dtype, tile", GROUPED_CASES, ids=map(_case_id, GROUPED_CASES))
+def test_row_groups_come_in_through_shared_memory_asynchronously(
+    sources, op: str, dtype: str, tile: RowTile
+) -> None:
+    """A tile taking row groups in turn copies each group's x (and mask) into shared memory
+    with cp.async, one group ahead of the one it works on; only a crowded row that pass 2
+    reads again (log_softmax's x) is read straight from memory too."""
+    source = sources[(op, dtype, tile)].result()
+    assert re.search(ASYNC_LOAD.format(size=16, buf="X"), source), source
+    if op in MASKED_OPS:
+        assert re.search(ASYNC_LOAD.format(size=vector_elements(dtype), buf="Mask"), source), source
+    rereads = op.startswith("log_") and tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
+    assert bool(re.search(LOAD_128.format(buf="X"), source)) == rereads, source
+
+
+def test_the_forwards_take_row_groups_where_they_gain() -> None:
+    """Row groups go to the forwards' resident tiles of MAX_THREADS threads, where the groups
+    in flight that each kernel gains with fit in shared memory: docs/tilelang.md's table."""
+    grouped = {(op, dtype, tile.cols) for op in ROW_OPS for dtype in DTYPES
+               for tile in all_tiles(dtype, op) if tile.row_groups > 1}
+    assert grouped == {
+        ("softmax", "float32", 16384), ("softmax", "float32", 32768),
+        ("log_softmax", "float32", 16384), ("softmax_masked", "float32", 16384),
+        ("log_softmax_masked", "float32", 16384),
+        *((op, dtype, 32768) for op in ("softmax", "log_softmax") for dtype in ("bfloat16", "float16")),
+    }
+
+
+@pytest.mark.parametrize("op", ROW_OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_row_groups_need_rows_to_fill_the_blocks(dtype: str, op: str) -> None:
+    """A row length whose tile can take row groups gets them from ROW_GROUPS x 128 rows on
+    (a block of each ROW_GROUPS rows, 128 blocks), and its one-group tile below; the groups in
+    flight fit SHARED_MEMORY_BYTES."""
+    tiles = all_tiles(dtype, op)
+    staged = ITEMSIZE[dtype] + (1 if op in MASKED_KERNELS else 0)
+    for cols in (2 ** k for k in range(7, 16)):
+        single = resident_tile(cols, dtype)
+        if cols > resident_limit(op):
+            break
+        grouped = single._replace(row_groups=ROW_GROUPS)
+        if grouped not in tiles:
+            assert row_tile(cols, dtype, op, 1 << 20) == single
+            continue
+        assert single.threads == MAX_THREADS and single.rows == 1
+        assert prefetch_stages(grouped, dtype, op) * cols * staged <= SHARED_MEMORY_BYTES
+        assert row_tile(cols, dtype, op, ROW_GROUPS * 128 - 1) == single
+        assert row_tile(cols - 8, dtype, op, ROW_GROUPS * 128) == grouped
 
 
 def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:

@@ -9,6 +9,10 @@ is one compile, which serves every N it is picked for:
   reads a row from memory once and keeps it in registers for every pass a kernel makes. Each
   thread holds a few 16-byte vectors of it: short rows give a block up to 8 rows, long ones
   more threads, up to MAX_THREADS, and past that more vectors a thread.
+- **Row groups**: a resident tile of MAX_THREADS threads has its SM to itself, and with
+  rows enough (ROW_GROUPS x ROW_GROUPS_MIN_BLOCKS) a block takes ROW_GROUPS rows in turn,
+  loading the next through shared memory while it works on the current one, in the kernels
+  that gain by it (ROW_GROUP_KERNELS).
 - **Long** rows, past the resident limit: a block of LONG_ROW_THREADS threads a row, walked in
   tiles of 2 vectors of 16 bytes a thread; a kernel that needs a second pass reads the row
   again.
@@ -52,6 +56,19 @@ VECTORS_PER_THREAD = 2
 MORE_VECTORS_PER_THREAD, MORE_VECTORS_FROM_COLS = 4, 8192
 MIN_THREADS, MAX_THREADS = 128, 1024
 MAX_ROWS = 8
+# Row groups (RowTile.row_groups): a resident tile of MAX_THREADS threads fills its SM's
+# registers alone, so nothing else there overlaps its loads with its reductions; a block of
+# such a tile takes ROW_GROUPS groups of rows in turn, loading the next into shared memory
+# (SHARED_MEMORY_BYTES of it at most, under the H200's 227 KB a block with room for the
+# reductions' scratch) while it works on the current one. Only where a call has rows enough
+# for ROW_GROUPS_MIN_BLOCKS such blocks: fewer rows spread wider a group a block. The
+# kernels that take them (the forwards), by the fewest groups in flight at which they gain:
+# all but softmax read part of a crowded row again in pass 2, which one group in flight
+# does not overlap.
+ROW_GROUPS, ROW_GROUPS_MIN_BLOCKS = 16, 128
+SHARED_MEMORY_BYTES = 192 * 1024
+ROW_GROUP_KERNELS = {"softmax": 1, "log_softmax": 2, "softmax_masked": 2, "log_softmax_masked": 2}
+MASKED_KERNELS = ("softmax_masked", "log_softmax_masked")  # each stages a mask byte an element
 
 
 def vector_elements(dtype: str) -> int:
@@ -72,13 +89,17 @@ class RowTile(NamedTuple):
     threads: int
     resident: bool  # a row is one tile: read once, kept in registers
     aligned: bool   # rows start on 16-byte boundaries
+    # A block takes this many groups of ``rows`` rows in turn, each loaded into shared
+    # memory while it works on the group before (resident tiles only).
+    row_groups: int = 1
 
     @property
     def name(self) -> str:
         """The configuration in an FFI target's name, e.g. "resident_8x128_128t"."""
         kind = "resident" if self.resident else "streamed"
         alignment = "" if self.resident or not self.aligned else "_aligned"
-        return f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}"
+        groups = f"_{self.row_groups}groups" if self.row_groups > 1 else ""
+        return f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}{groups}"
 
     @property
     def values_per_thread(self) -> int:
@@ -125,22 +146,45 @@ def resident_widths(op: str) -> tuple[int, ...]:
     return tuple(widths)
 
 
-def row_tile(n: int, dtype: str, op: str) -> RowTile:
-    """The tile of ``op``'s kernel for rows of ``n`` elements of ``dtype``: resident where it
-    can be."""
+def prefetch_stages(tile: RowTile, dtype: str, op: str) -> int:
+    """The row groups ``op``'s kernel keeps in flight by ``tile``: two where two groups of what
+    it stages (x, and a mask) fit SHARED_MEMORY_BYTES, else one."""
+    staged_bytes = ITEMSIZE[dtype] + (1 if op in MASKED_KERNELS else 0)
+    return 2 if 2 * tile.rows * tile.cols * staged_bytes <= SHARED_MEMORY_BYTES else 1
+
+
+def with_row_groups(tile: RowTile, dtype: str, op: str) -> RowTile | None:
+    """``tile`` taking ROW_GROUPS row groups a block in ``op``'s kernel, where it gains
+    (ROW_GROUP_KERNELS); None elsewhere."""
+    if not tile.resident or tile.threads < MAX_THREADS or op not in ROW_GROUP_KERNELS:
+        return None
+    if prefetch_stages(tile, dtype, op) < ROW_GROUP_KERNELS[op]:
+        return None
+    return tile._replace(row_groups=ROW_GROUPS)
+
+
+def row_tile(n: int, dtype: str, op: str, rows: int = 1) -> RowTile:
+    """The tile of ``op``'s kernel for ``rows`` rows of ``n`` elements of ``dtype``: resident
+    where it can be, taking row groups where it gains and the rows fill the blocks."""
     aligned = is_aligned(n, dtype)
     if n > resident_limit(op):
         return long_row_tile(dtype, aligned)
     if not aligned:
         return short_unaligned_tile(dtype)
-    return resident_tile(max(MIN_RESIDENT_COLS, 1 << (n - 1).bit_length()), dtype)
+    tile = resident_tile(max(MIN_RESIDENT_COLS, 1 << (n - 1).bit_length()), dtype)
+    grouped = with_row_groups(tile, dtype, op)
+    if grouped is not None and rows >= tile.rows * ROW_GROUPS * ROW_GROUPS_MIN_BLOCKS:
+        return grouped
+    return tile
 
 
 def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
     """Every tile ``row_tile`` can pick for ``op``'s kernel in ``dtype``: what a compile of
     every configuration compiles."""
+    resident = [resident_tile(cols, dtype) for cols in resident_widths(op)]
+    grouped = [with_row_groups(tile, dtype, op) for tile in resident]
     return (short_unaligned_tile(dtype), long_row_tile(dtype, False), long_row_tile(dtype, True),
-            *(resident_tile(cols, dtype) for cols in resident_widths(op)))
+            *resident, *(tile for tile in grouped if tile is not None))
 
 
 def column_tiles(tile: RowTile, n):

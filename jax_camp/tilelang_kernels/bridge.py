@@ -74,6 +74,12 @@ _targets: dict[tuple[str, str, RowTile | None], str] = {}
 _kernels: dict[tuple[str, str, RowTile | None], object] = {}
 
 
+# A row tile that takes row groups in turn loads the next group with cp.async in TileLang's
+# software pipeline; its warp-specialized pipeline (sm_90's default) does not lower the
+# block-wide reductions those kernels make. No other kernel has a pipeline.
+PASS_CONFIGS = {"tl.disable_warp_specialized": True}
+
+
 def compile_target() -> dict[str, str] | None:
     """The TileLang target: the architecture of JAX's first GPU.
 
@@ -109,6 +115,7 @@ def compile_program(
         program,
         execution_backend="tvm_ffi",
         target=compile_target() if target is None else target,
+        pass_configs=PASS_CONFIGS,
     )
 
 
@@ -136,7 +143,7 @@ def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
     shape, dtype = x.shape, jnp.dtype(x.dtype).name
     if spec.along_rows:
         kernel_shape = (math.prod(shape[:-1]), shape[-1])
-        tile = row_tile(shape[-1], dtype, spec.name)
+        tile = row_tile(shape[-1], dtype, spec.name, kernel_shape[0])
     else:
         kernel_shape = (math.prod(shape),)
         tile = None

@@ -13,6 +13,15 @@ and y written once, the least any softmax can move, with one exponential a
 value. A short row leaves a block room for several rows (8 rows of
 128), so that no thread is idle.
 
+Row groups. A resident tile of 1024 threads (float32 rows of 16384, rows of
+32768) fills its SM's registers alone, so while it reduces a row nothing on
+that SM is loading: memory sits idle. Where a call has rows enough, such a
+block takes 16 rows in turn in a ``T.Pipelined`` loop, each copied into shared
+memory first: TileLang's software pipeline turns that copy into cp.async and
+issues the next row's (the next two, where two fit) before the block works on
+the current one, so the loads of one row overlap the reductions of the last.
+``_rows.row_tile`` says which kernels gain, and from how many rows.
+
 Streamed rows (longer, or short and unaligned), online softmax. Pass 1 reads
 the row tile by tile and keeps a rolling log-sum-exp as two numbers: ``m``,
 the largest x seen so far, and ``s``, the sum of exp(x - m) over what was seen.
@@ -88,13 +97,26 @@ import tilelang.language as T
 from tvm import tirx
 
 from jax_camp.tilelang_kernels._rows import (
-    ACCUM, RowTile, column_tiles, row_layout, row_tiles, vector_elements,
+    ACCUM, RowTile, column_tiles, prefetch_stages, row_layout, row_tiles,
+    vector_elements,
 )
 
 
 def exp(t):
     """e**t on the special function unit: CUDA's __expf, 2**(t * log2(e)) by ex2.approx."""
     return T.__exp(t)
+
+
+@T.macro
+def copy_in(source, fragment, shared):
+    """A tile from memory into registers, through ``shared`` unless it is None: a tile
+    taking row groups in turn stages its rows there, and its software pipeline makes that
+    copy asynchronous."""
+    if shared is None:
+        T.copy(source, fragment)
+    else:
+        T.copy(source, shared)
+        T.copy(shared, fragment)
 
 
 # The most values a thread of a resident tile holds through pass 1 for a pass 2 that needs
@@ -126,19 +148,20 @@ def row_softmax_program(
     crowded = tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
     reread_resident_row = write_needs_x and crowded
     reread_mask = masked and crowded
+    groups = tile.row_groups
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     neg_inf = -T.infinity(ACCUM)
     layout = row_layout(tile, dtype)
 
-    # Tile kb of block bx's rows into x_tile (and keep), and into x in float32, with -inf
-    # where an element is to be skipped: a column past the row's end, whose 0 would be
-    # wrong for a maximum, or a masked-out element.
+    # Tile kb of the rows from row0 on into x_tile (and keep), through shared memory where
+    # given, and into x in float32, with -inf where an element is to be skipped: a column
+    # past the row's end, whose 0 would be wrong for a maximum, or a masked-out element.
     @T.macro
-    def load(X, Mask, bx, kb, x_tile, keep, x):
-        T.copy(X[bx * rows, kb * cols], x_tile)
+    def load(X, Mask, row0, kb, x_tile, keep, x, x_shared=None, keep_shared=None):
+        copy_in(X[row0, kb * cols], x_tile, x_shared)
         if masked:
-            T.copy(Mask[bx * rows, kb * cols], keep)
+            copy_in(Mask[row0, kb * cols], keep, keep_shared)
         for i, j in T.Parallel(rows, cols):
             x[i, j] = T.if_then_else(kb * cols + j < n, T.cast(x_tile[i, j], ACCUM), neg_inf)
             if masked:
@@ -147,7 +170,7 @@ def row_softmax_program(
     # Pass 2 on tile kb, loaded into x (and keep): each element's output, stored to Y. A
     # resident row passes the exponentials pass 1 kept in ``kept_exp``; a streamed one None.
     @T.macro
-    def normalize(Y, bx, kb, x, kept_exp, keep, row_max, log_sum, inv_sum, out):
+    def normalize(Y, row0, kb, x, kept_exp, keep, row_max, log_sum, inv_sum, out):
         for i, j in T.Parallel(rows, cols):
             if kept_exp is None:
                 out[i, j] = T.cast(
@@ -161,12 +184,74 @@ def row_softmax_program(
             if masked:
                 # Whatever write() gave, the NaN of a fully masked row too.
                 out[i, j] = T.if_then_else(keep[i, j] != 0, out[i, j], T.cast(masked_out, dtype))
-        T.copy(out, Y[bx * rows, kb * cols])
+        T.copy(out, Y[row0, kb * cols])
+
+    # One group of ``rows`` rows from row0 on, the whole row: its statistics, then its outputs.
+    # x_shared (and keep_shared) are where a tile taking row groups in turn stages its loads.
+    @T.macro
+    def softmax_row_group(X, Mask, Y, row0, x_tile, x, scaled, out, lane_max, lane_sum, keep,
+                          row_max, row_sum, log_sum, inv_sum, x_shared, keep_shared):
+        if tile.resident:
+            # The row is one tile: its maximum, then the sum of exp(x - max),
+            # whose terms stay in ``scaled`` for pass 2.
+            load(X, Mask, row0, 0, x_tile, keep, x, x_shared, keep_shared)
+            T.reduce_max(x, row_max, dim=1)
+            for i, j in T.Parallel(rows, cols):
+                scaled[i, j] = exp(x[i, j] - row_max[i])
+            T.reduce_sum(scaled, row_sum, dim=1)
+        else:
+            # Pass 1: each element's rolling (max, sum) pair. Either update takes
+            # exp(-|x - m|), so one exponential a value serves both.
+            T.fill(lane_max, neg_inf)
+            T.fill(lane_sum, 0.0)
+            for kb in T.Serial(column_tiles(tile, n)):
+                load(X, Mask, row0, kb, x_tile, keep, x)
+                for i, j in T.Parallel(rows, cols):
+                    scaled[i, j] = exp(-T.abs(x[i, j] - lane_max[i, j]))
+                    lane_sum[i, j] = T.if_then_else(
+                        x[i, j] == neg_inf,
+                        lane_sum[i, j],
+                        T.if_then_else(
+                            x[i, j] > lane_max[i, j],
+                            lane_sum[i, j] * scaled[i, j] + 1.0,
+                            lane_sum[i, j] + scaled[i, j],
+                        ),
+                    )
+                    lane_max[i, j] = T.max(lane_max[i, j], x[i, j])
+            # Merge the pairs of a row. A pair with s == 0 saw only -inf and
+            # adds nothing (its m - M may be -inf - -inf); a NaN s must stay.
+            T.reduce_max(lane_max, row_max, dim=1)
+            for i, j in T.Parallel(rows, cols):
+                scaled[i, j] = T.if_then_else(
+                    lane_sum[i, j] == 0.0,
+                    0.0,
+                    lane_sum[i, j] * exp(lane_max[i, j] - row_max[i]),
+                )
+            T.reduce_sum(scaled, row_sum, dim=1)
+        # A row of -inf ends with sum 0 (or, resident, NaN): pass 2 then computes
+        # -inf - -inf = NaN, jax's answer for it.
+        for i in T.Parallel(rows):
+            log_sum[i] = T.log(row_sum[i])
+            inv_sum[i] = 1.0 / row_sum[i]
+
+        if tile.resident:
+            # What pass 2 reads again comes from memory (L2), not from shared memory,
+            # which by then may hold the next group's rows.
+            if reread_resident_row:
+                load(X, Mask, row0, 0, x_tile, keep, x)
+            elif reread_mask:
+                T.copy(Mask[row0, 0], keep)
+            normalize(Y, row0, 0, x, scaled, keep, row_max, log_sum, inv_sum, out)
+        else:
+            # Pass 2 reads the row again.
+            for kb in T.Serial(column_tiles(tile, n)):
+                load(X, Mask, row0, kb, x_tile, keep, x)
+                normalize(Y, row0, kb, x, None, keep, row_max, log_sum, inv_sum, out)
 
     # The body of both kernels, masked or not; Mask is None in the one without.
     @T.macro
     def softmax_rows(X, Mask, Y):
-        with T.Kernel(T.ceildiv(m_, rows), threads=tile.threads) as bx:
+        with T.Kernel(T.ceildiv(m_, rows * groups), threads=tile.threads) as bx:
             if tile.aligned:
                 T.assume(n % vec == 0)
             x_tile, x, scaled, out = row_tiles(tile, dtype, ACCUM, ACCUM, dtype)
@@ -175,6 +260,7 @@ def row_softmax_program(
             log_sum = T.alloc_fragment((rows,), ACCUM)
             inv_sum = T.alloc_fragment((rows,), ACCUM)
             per_element = [x_tile, x, scaled, out]
+            lane_max = lane_sum = None
             if not tile.resident:
                 # The streamed rows' per-element (max, sum) pairs.
                 lane_max, lane_sum = row_tiles(tile, ACCUM, ACCUM)
@@ -184,61 +270,20 @@ def row_softmax_program(
                 (keep,) = row_tiles(tile, "uint8")
                 per_element.append(keep)
             T.annotate_layout({t: layout for t in per_element})
+            state = (x_tile, x, scaled, out, lane_max, lane_sum, keep,
+                     row_max, row_sum, log_sum, inv_sum)
 
-            if tile.resident:
-                # The row is one tile: its maximum, then the sum of exp(x - max),
-                # whose terms stay in ``scaled`` for pass 2.
-                load(X, Mask, bx, 0, x_tile, keep, x)
-                T.reduce_max(x, row_max, dim=1)
-                for i, j in T.Parallel(rows, cols):
-                    scaled[i, j] = exp(x[i, j] - row_max[i])
-                T.reduce_sum(scaled, row_sum, dim=1)
+            if groups == 1:
+                softmax_row_group(X, Mask, Y, bx * rows, *state, None, None)
             else:
-                # Pass 1: each element's rolling (max, sum) pair. Either update takes
-                # exp(-|x - m|), so one exponential a value serves both.
-                T.fill(lane_max, neg_inf)
-                T.fill(lane_sum, 0.0)
-                for kb in T.Serial(column_tiles(tile, n)):
-                    load(X, Mask, bx, kb, x_tile, keep, x)
-                    for i, j in T.Parallel(rows, cols):
-                        scaled[i, j] = exp(-T.abs(x[i, j] - lane_max[i, j]))
-                        lane_sum[i, j] = T.if_then_else(
-                            x[i, j] == neg_inf,
-                            lane_sum[i, j],
-                            T.if_then_else(
-                                x[i, j] > lane_max[i, j],
-                                lane_sum[i, j] * scaled[i, j] + 1.0,
-                                lane_sum[i, j] + scaled[i, j],
-                            ),
-                        )
-                        lane_max[i, j] = T.max(lane_max[i, j], x[i, j])
-                # Merge the pairs of a row. A pair with s == 0 saw only -inf and
-                # adds nothing (its m - M may be -inf - -inf); a NaN s must stay.
-                T.reduce_max(lane_max, row_max, dim=1)
-                for i, j in T.Parallel(rows, cols):
-                    scaled[i, j] = T.if_then_else(
-                        lane_sum[i, j] == 0.0,
-                        0.0,
-                        lane_sum[i, j] * exp(lane_max[i, j] - row_max[i]),
-                    )
-                T.reduce_sum(scaled, row_sum, dim=1)
-            # A row of -inf ends with sum 0 (or, resident, NaN): pass 2 then computes
-            # -inf - -inf = NaN, jax's answer for it.
-            for i in T.Parallel(rows):
-                log_sum[i] = T.log(row_sum[i])
-                inv_sum[i] = 1.0 / row_sum[i]
-
-            if tile.resident:
-                if reread_resident_row:
-                    load(X, Mask, bx, 0, x_tile, keep, x)
-                elif reread_mask:
-                    T.copy(Mask[bx * rows, 0], keep)
-                normalize(Y, bx, 0, x, scaled, keep, row_max, log_sum, inv_sum, out)
-            else:
-                # Pass 2 reads the row again.
-                for kb in T.Serial(column_tiles(tile, n)):
-                    load(X, Mask, bx, kb, x_tile, keep, x)
-                    normalize(Y, bx, kb, x, None, keep, row_max, log_sum, inv_sum, out)
+                # The block's row groups in turn, each group's rows copied into shared memory
+                # (cp.async) while the block works on the group before.
+                x_shared = T.alloc_shared((rows, cols), dtype)
+                keep_shared = T.alloc_shared((rows, cols), "uint8") if masked else None
+                stages = prefetch_stages(tile, dtype, name)
+                for group in T.Pipelined(groups, num_stages=stages):
+                    softmax_row_group(X, Mask, Y, (bx * groups + group) * rows, *state,
+                                      x_shared, keep_shared)
 
     # A prim_func's parameters are its Python signature, so the two kernels
     # have a signature each, around the one body. The mask is declared bool, so that
