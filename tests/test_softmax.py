@@ -49,8 +49,9 @@ def test_shapes_reach_every_kernel_path(kernel, item_bytes):
 
 @pytest.mark.parametrize("kernel", ["softmax", "softmax_masked", "softmax_backward"])
 def test_shapes_reach_every_tilelang_tile(kernel):
-    """SHAPES and the shapes of test_long_rows and test_row_groups reach every tile of softmax's TileLang kernels, in
-    every dtype, so that a GPU run with --backend tilelang compiles and runs each one."""
+    """SHAPES and the shapes of test_long_rows and test_row_groups reach every tile of softmax's
+    TileLang kernels, in every dtype, so that a GPU run with --backend tilelang compiles and
+    runs each one."""
     missed = tilelang_tiles_missed(kernel, SHAPES + [LONG_ROWS] + ROW_GROUP_SHAPES)
     assert not missed, f"no test shape reaches {sorted(missed)}"
 
@@ -83,6 +84,8 @@ def test_long_rows(op, dtype, backend):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", on_this_machine(ROW_GROUP_SHAPES))
 def test_row_groups(op, shape, dtype, where, backend):
+    """Blocks that take rows in turn, a fully masked row among them (random_mask), and blocks
+    whose last groups lie past the last row."""
     check_values(op.fn, op.reference, shape, dtype, backend, where=where)
 
 

@@ -61,7 +61,7 @@ MAX_ROWS = 8
 # such a tile takes ROW_GROUPS groups of rows in turn, loading the next into shared memory
 # (SHARED_MEMORY_BYTES of it at most, under the H200's 227 KB a block with room for the
 # reductions' scratch) while it works on the current one. Only where a call has rows enough
-# for ROW_GROUPS_MIN_BLOCKS such blocks: fewer rows spread wider a group a block. The
+# for ROW_GROUPS_MIN_BLOCKS such blocks: fewer rows go one group a block, over more SMs. The
 # kernels that take them (the forwards), by the fewest groups in flight at which they gain:
 # all but softmax read part of a crowded row again in pass 2, which one group in flight
 # does not overlap.
