@@ -36,7 +36,7 @@ from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
-    ITEMSIZE, MASKED_KERNELS, MAX_THREADS, MIN_RESIDENT_COLS, ROW_GROUPS, SHARED_MEMORY_BYTES,
+    ITEMSIZE, MAX_THREADS, MIN_RESIDENT_COLS, ROW_GROUPS, SHARED_MEMORY_BYTES,
     RowTile, all_tiles, long_row_tile, prefetch_stages, resident_limit, resident_tile, row_tile,
     short_unaligned_tile, thread_and_slot, vector_elements,
 )
@@ -283,7 +283,7 @@ def test_row_groups_need_rows_to_fill_the_blocks(dtype: str, op: str) -> None:
     (a block of each ROW_GROUPS rows, 128 blocks), and its one-group tile below; the groups in
     flight fit SHARED_MEMORY_BYTES."""
     tiles = all_tiles(dtype, op)
-    staged = ITEMSIZE[dtype] + (1 if op in MASKED_KERNELS else 0)
+    staged = ITEMSIZE[dtype] + (1 if op in MASKED_OPS else 0)
     for cols in (2 ** k for k in range(7, 16)):
         single = resident_tile(cols, dtype)
         if cols > resident_limit(op):

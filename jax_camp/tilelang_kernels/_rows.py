@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from jax_camp import registration
+
 ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
 ACCUM = "float32"
 
@@ -68,7 +70,6 @@ MAX_ROWS = 8
 ROW_GROUPS, ROW_GROUPS_MIN_BLOCKS = 16, 128
 SHARED_MEMORY_BYTES = 192 * 1024
 ROW_GROUP_KERNELS = {"softmax": 1, "log_softmax": 2, "softmax_masked": 2, "log_softmax_masked": 2}
-MASKED_KERNELS = ("softmax_masked", "log_softmax_masked")  # each stages a mask byte an element
 
 
 def vector_elements(dtype: str) -> int:
@@ -149,7 +150,7 @@ def resident_widths(op: str) -> tuple[int, ...]:
 def prefetch_stages(tile: RowTile, dtype: str, op: str) -> int:
     """The row groups ``op``'s kernel keeps in flight by ``tile``: two where two groups of what
     it stages (x, and a mask) fit SHARED_MEMORY_BYTES, else one."""
-    staged_bytes = ITEMSIZE[dtype] + (1 if op in MASKED_KERNELS else 0)
+    staged_bytes = ITEMSIZE[dtype] + int(registration.SPECS[op].mask_operand)  # a mask's byte
     return 2 if 2 * tile.rows * tile.cols * staged_bytes <= SHARED_MEMORY_BYTES else 1
 
 
@@ -163,9 +164,9 @@ def with_row_groups(tile: RowTile, dtype: str, op: str) -> RowTile | None:
     return tile._replace(row_groups=ROW_GROUPS)
 
 
-def row_tile(n: int, dtype: str, op: str, rows: int = 1) -> RowTile:
-    """The tile of ``op``'s kernel for ``rows`` rows of ``n`` elements of ``dtype``: resident
-    where it can be, taking row groups where it gains and the rows fill the blocks."""
+def row_tile(n: int, dtype: str, op: str, row_count: int = 1) -> RowTile:
+    """The tile of ``op``'s kernel for ``row_count`` rows of ``n`` elements of ``dtype``:
+    resident where it can be, taking row groups where it gains and the rows fill the blocks."""
     aligned = is_aligned(n, dtype)
     if n > resident_limit(op):
         return long_row_tile(dtype, aligned)
@@ -173,7 +174,7 @@ def row_tile(n: int, dtype: str, op: str, rows: int = 1) -> RowTile:
         return short_unaligned_tile(dtype)
     tile = resident_tile(max(MIN_RESIDENT_COLS, 1 << (n - 1).bit_length()), dtype)
     grouped = with_row_groups(tile, dtype, op)
-    if grouped is not None and rows >= tile.rows * ROW_GROUPS * ROW_GROUPS_MIN_BLOCKS:
+    if grouped is not None and row_count >= tile.rows * ROW_GROUPS * ROW_GROUPS_MIN_BLOCKS:
         return grouped
     return tile
 
