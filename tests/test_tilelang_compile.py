@@ -272,7 +272,8 @@ def test_the_forwards_take_row_groups_where_they_gain() -> None:
         ("softmax", "float32", 16384), ("softmax", "float32", 32768),
         ("log_softmax", "float32", 16384), ("softmax_masked", "float32", 16384),
         ("log_softmax_masked", "float32", 16384),
-        *((op, dtype, 32768) for op in ("softmax", "log_softmax") for dtype in ("bfloat16", "float16")),
+        *((op, dtype, 32768) for op in ("softmax", "log_softmax", "softmax_masked")
+          for dtype in ("bfloat16", "float16")),
     }
 
 
@@ -286,7 +287,7 @@ def test_row_groups_need_rows_to_fill_the_blocks(dtype: str, op: str) -> None:
     staged = ITEMSIZE[dtype] + (1 if op in MASKED_OPS else 0)
     for cols in (2 ** k for k in range(7, 16)):
         single = resident_tile(cols, dtype)
-        if cols > resident_limit(op):
+        if cols > resident_limit(op, dtype):
             break
         grouped = single._replace(row_groups=ROW_GROUPS)
         if grouped not in tiles:
@@ -315,7 +316,7 @@ def test_rows_that_fit_are_resident(dtype: str, op: str) -> None:
     unaligned ones a warp a row; every tile picked is one of all_tiles."""
     vec = vector_elements(dtype)
     tiles = all_tiles(dtype, op)
-    limit = resident_limit(op)
+    limit = resident_limit(op, dtype)
     for n in range(vec, 2 * limit, vec):
         tile = row_tile(n, dtype, op)
         assert tile in tiles
@@ -329,12 +330,14 @@ def test_rows_that_fit_are_resident(dtype: str, op: str) -> None:
     assert row_tile(limit + 1, dtype, op) == long_row_tile(dtype, False)
 
 
-def test_only_the_unmasked_forwards_hold_rows_past_16384() -> None:
-    """softmax and log_softmax hold rows of up to 32768 values; the kernels that hold a mask or
-    a second operand beside a row, and reduce_sum, stream them."""
-    wide = {op for op in ROW_OPS if resident_limit(op) > 16384}
-    assert wide == {"softmax", "log_softmax"}
-    assert all(resident_limit(op) == 32768 for op in wide)
+def test_only_the_forwards_that_gain_hold_rows_past_16384() -> None:
+    """softmax and log_softmax hold rows of up to 32768 values, and so does softmax's masked
+    forward in the 16-bit types; the other kernels that hold a mask or a second operand beside
+    a row, and reduce_sum, stream them."""
+    wide = {(op, dtype) for op in ROW_OPS for dtype in DTYPES if resident_limit(op, dtype) > 16384}
+    assert wide == {*((op, dtype) for op in ("softmax", "log_softmax") for dtype in DTYPES),
+                    ("softmax_masked", "bfloat16"), ("softmax_masked", "float16")}
+    assert all(resident_limit(op, dtype) == 32768 for op, dtype in wide)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

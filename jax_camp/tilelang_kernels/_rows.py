@@ -22,9 +22,11 @@ is one compile, which serves every N it is picked for:
 The resident limit (``resident_limit``) is RESIDENT_LIMIT for most kernels. The unmasked
 forwards, softmax and log_softmax, hold nothing of a row beside its values, so rows of up to
 WIDE_RESIDENT_LIMIT still fit one block's registers without a spill, at 32 values a thread;
-reading such a row once outweighs the one block an SM that leaves. A kernel holding a mask or a
-second operand beside them would spill or fit fewer blocks, and reduce_sum reads a row once
-either way.
+reading such a row once outweighs the one block an SM that leaves. So does softmax's masked
+forward in the 16-bit types, whose mask it reads again for pass 2 rather than hold
+(WIDE_RESIDENT_KERNELS). Other kernels holding a mask or a second operand beside a row would
+spill or fit fewer blocks, or lost to the long-row tile, and reduce_sum reads a row once either
+way.
 
 ``aligned`` is a compile-time promise that every row starts on a 16-byte boundary
 (N * itemsize % 16 == 0), made through ``T.assume``: with it TileLang masks whole vectors at
@@ -45,7 +47,9 @@ ACCUM = "float32"
 MIN_RESIDENT_COLS = 128
 RESIDENT_LIMIT = 16384
 WIDE_RESIDENT_LIMIT = 32768
-RESIDENT_LIMITS = {"softmax": WIDE_RESIDENT_LIMIT, "log_softmax": WIDE_RESIDENT_LIMIT}
+# The kernels that hold rows of up to WIDE_RESIDENT_LIMIT, and the dtypes they do it in.
+WIDE_RESIDENT_KERNELS = {"softmax": tuple(ITEMSIZE), "log_softmax": tuple(ITEMSIZE),
+                         "softmax_masked": ("bfloat16", "float16")}
 LONG_ROW_THREADS = 512
 SHORT_ROWS, SHORT_ROW_THREADS = 4, 128
 
@@ -133,15 +137,18 @@ def resident_tile(cols: int, dtype: str) -> RowTile:
     return RowTile(rows, cols, threads, True, True)
 
 
-def resident_limit(op: str) -> int:
-    """The widest row ``op``'s kernel holds in registers (RESIDENT_LIMITS, else RESIDENT_LIMIT)."""
-    return RESIDENT_LIMITS.get(op, RESIDENT_LIMIT)
+def resident_limit(op: str, dtype: str) -> int:
+    """The widest row of ``dtype`` that ``op``'s kernel holds in registers: WIDE_RESIDENT_LIMIT
+    where WIDE_RESIDENT_KERNELS says so, else RESIDENT_LIMIT."""
+    wide = dtype in WIDE_RESIDENT_KERNELS.get(op, ())
+    return WIDE_RESIDENT_LIMIT if wide else RESIDENT_LIMIT
 
 
-def resident_widths(op: str) -> tuple[int, ...]:
-    """Every resident tile width of ``op``'s kernel, MIN_RESIDENT_COLS to its resident limit."""
+def resident_widths(op: str, dtype: str) -> tuple[int, ...]:
+    """Every resident tile width of ``op``'s kernel in ``dtype``, MIN_RESIDENT_COLS to its
+    resident limit."""
     widths, cols = [], MIN_RESIDENT_COLS
-    while cols <= resident_limit(op):
+    while cols <= resident_limit(op, dtype):
         widths.append(cols)
         cols *= 2
     return tuple(widths)
@@ -168,7 +175,7 @@ def row_tile(n: int, dtype: str, op: str, row_count: int = 1) -> RowTile:
     """The tile of ``op``'s kernel for ``row_count`` rows of ``n`` elements of ``dtype``:
     resident where it can be, taking row groups where it gains and the rows fill the blocks."""
     aligned = is_aligned(n, dtype)
-    if n > resident_limit(op):
+    if n > resident_limit(op, dtype):
         return long_row_tile(dtype, aligned)
     if not aligned:
         return short_unaligned_tile(dtype)
@@ -182,7 +189,7 @@ def row_tile(n: int, dtype: str, op: str, row_count: int = 1) -> RowTile:
 def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
     """Every tile ``row_tile`` can pick for ``op``'s kernel in ``dtype``: what a compile of
     every configuration compiles."""
-    resident = [resident_tile(cols, dtype) for cols in resident_widths(op)]
+    resident = [resident_tile(cols, dtype) for cols in resident_widths(op, dtype)]
     grouped = [with_row_groups(tile, dtype, op) for tile in resident]
     return (short_unaligned_tile(dtype), long_row_tile(dtype, False), long_row_tile(dtype, True),
             *resident, *(tile for tile in grouped if tile is not None))
