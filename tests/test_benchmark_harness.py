@@ -105,8 +105,8 @@ def test_a_matrix_run_in_parts_reads_as_one(run_ops, tmp_path: Path, capsys) -> 
         return r["op"], r["shape"], r["dtype"], r["backend"], r["kind"]
 
     assert [key(r) for r in rep["rows"]] == [key(r) for r in a["rows"] + b["rows"]]
-    assert [r["bench"]["median_us"] for r in rep["rows"]] == [
-        r["bench"]["median_us"] for r in a["rows"] + b["rows"]]
+    # The whole timing record, which a loaded machine may have marked invalid, has no median.
+    assert [r["bench"] for r in rep["rows"]] == [r["bench"] for r in a["rows"] + b["rows"]]
     assert {(s["op"], s["not_run"]) for s in rep["summary"]} == {
         ("copy", 0), ("reduce_sum", 0), ("softmax", 0)}
     assert a["command"] in rep["command"] and b["command"] in rep["command"]
