@@ -24,9 +24,9 @@ forwards, softmax and log_softmax, hold nothing of a row beside its values, so r
 WIDE_RESIDENT_LIMIT still fit one block's registers without a spill, at 32 values a thread;
 reading such a row once outweighs the one block an SM that leaves. So does softmax's masked
 forward in the 16-bit types, whose mask it reads again for pass 2 rather than hold
-(WIDE_RESIDENT_KERNELS). Other kernels holding a mask or a second operand beside a row would
-spill or fit fewer blocks, or lost to the long-row tile, and reduce_sum reads a row once either
-way.
+(WIDE_RESIDENT_KERNELS). The other kernels that hold a mask or a second operand beside a row
+spill, fit fewer blocks or ran slower than the long-row tile there, and reduce_sum reads a row
+once either way.
 
 ``aligned`` is a compile-time promise that every row starts on a 16-byte boundary
 (N * itemsize % 16 == 0), made through ``T.assume``: with it TileLang masks whole vectors at
