@@ -5,14 +5,13 @@ when a call is traced, and its code takes one of two shapes:
 
 Resident rows (16-byte aligned, up to 32768 elements for the unmasked
 forward and the 16-bit masked one, 16384 for the others: ``_rows.resident_limit``).
-The block's tile is as
-wide as the row, so one ``T.copy`` brings the whole row into registers, and
-everything after reads it there: ``T.reduce_max`` for the row maximum m,
-``T.reduce_sum`` of e = exp(x - m) for s, then each element's y = e * (1/s)
-written back, from the e that pass 1 summed and kept. x is read from memory once
-and y written once, the least any softmax can move, with one exponential a
-value. A short row leaves a block room for several rows (8 rows of
-128), so that no thread is idle.
+The block's tile is as wide as the row, so one ``T.copy`` brings the whole row
+into registers, and everything after reads it there: ``T.reduce_max`` for the
+row maximum m, ``T.reduce_sum`` of e = exp(x - m) for s, then each element's
+y = e * (1/s) written back, from the e that pass 1 summed and kept. x is read
+from memory once and y written once, the least any softmax can move, with one
+exponential a value. A short row leaves a block room for several rows (8 rows
+of 128), so that no thread is idle.
 
 Row groups. A resident tile of 1024 threads (float32 rows of 16384, rows of
 32768) fills its SM's registers alone, so while it reduces a row nothing on
