@@ -4,7 +4,8 @@ Each kernel is built for one tile (``_rows.py``), picked from the row length
 when a call is traced, and its code takes one of two shapes:
 
 Resident rows (16-byte aligned, up to 32768 elements for the unmasked
-forward and the 16-bit masked one, 16384 for the others: ``_rows.resident_limit``).
+forward, the backward and the 16-bit masked forward, 16384 for the others:
+``_rows.resident_limit``).
 The block's tile is as
 wide as the row, so one ``T.copy`` brings the whole row into registers, and
 everything after reads it there: ``T.reduce_max`` for the row maximum m,
