@@ -330,13 +330,15 @@ def test_rows_that_fit_are_resident(dtype: str, op: str) -> None:
     assert row_tile(limit + 1, dtype, op) == long_row_tile(dtype, False)
 
 
-def test_only_the_forwards_that_gain_hold_rows_past_16384() -> None:
-    """softmax and log_softmax hold rows of up to 32768 values, and so does softmax's masked
-    forward in the 16-bit types; the other kernels that hold a mask or a second operand beside
-    a row, and reduce_sum, stream them."""
+def test_only_the_kernels_that_gain_hold_rows_past_16384() -> None:
+    """softmax, log_softmax and softmax's backward hold rows of up to 32768 values, and so do
+    softmax's masked forward and log_softmax's backward in the 16-bit types; the other kernels
+    that hold a mask or a second operand beside a row, and reduce_sum, stream them."""
     wide = {(op, dtype) for op in ROW_OPS for dtype in DTYPES if resident_limit(op, dtype) > 16384}
-    assert wide == {*((op, dtype) for op in ("softmax", "log_softmax") for dtype in DTYPES),
-                    ("softmax_masked", "bfloat16"), ("softmax_masked", "float16")}
+    every_dtype = ("softmax", "log_softmax", "softmax_backward")
+    sixteen_bit = ("softmax_masked", "log_softmax_backward")
+    assert wide == {*((op, dtype) for op in every_dtype for dtype in DTYPES),
+                    *((op, dtype) for op in sixteen_bit for dtype in ("bfloat16", "float16"))}
     assert all(resident_limit(op, dtype) == 32768 for op, dtype in wide)
 
 

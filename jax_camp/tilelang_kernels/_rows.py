@@ -23,10 +23,11 @@ The resident limit (``resident_limit``) is RESIDENT_LIMIT for most kernels. The 
 forwards, softmax and log_softmax, hold nothing of a row beside its values, so rows of up to
 WIDE_RESIDENT_LIMIT still fit one block's registers without a spill, at 32 values a thread;
 reading such a row once outweighs the one block an SM that leaves. So does softmax's masked
-forward in the 16-bit types, whose mask it reads again for pass 2 rather than hold
-(WIDE_RESIDENT_KERNELS). The other kernels that hold a mask or a second operand beside a row
-spill, fit fewer blocks or ran slower than the long-row tile there, and reduce_sum reads a row
-once either way.
+forward in the 16-bit types, whose mask it reads again for pass 2 rather than hold, and the
+backward kernels, whose y and g held spill a little but are read once rather than twice,
+softmax's in every dtype and log_softmax's in the 16-bit ones (WIDE_RESIDENT_KERNELS). The other
+kernels that hold a mask or a second operand beside a row spill more, or ran slower than the
+long-row tile there, and reduce_sum reads a row once either way.
 
 ``aligned`` is a compile-time promise that every row starts on a 16-byte boundary
 (N * itemsize % 16 == 0), made through ``T.assume``: with it TileLang masks whole vectors at
@@ -49,7 +50,9 @@ RESIDENT_LIMIT = 16384
 WIDE_RESIDENT_LIMIT = 32768
 # The kernels that hold rows of up to WIDE_RESIDENT_LIMIT, and the dtypes they do it in.
 WIDE_RESIDENT_KERNELS = {"softmax": tuple(ITEMSIZE), "log_softmax": tuple(ITEMSIZE),
-                         "softmax_masked": ("bfloat16", "float16")}
+                         "softmax_masked": ("bfloat16", "float16"),
+                         "softmax_backward": tuple(ITEMSIZE),
+                         "log_softmax_backward": ("bfloat16", "float16")}
 LONG_ROW_THREADS = 512
 SHORT_ROWS, SHORT_ROW_THREADS = 4, 128
 

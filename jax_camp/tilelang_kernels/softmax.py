@@ -4,10 +4,11 @@ Each kernel is built for one tile (``_rows.py``), picked from the row length
 when a call is traced, and its code takes one of two shapes:
 
 Resident rows (16-byte aligned, up to 32768 elements for the unmasked
-forward and the 16-bit masked one, 16384 for the others: ``_rows.resident_limit``).
-The block's tile is as wide as the row, so one ``T.copy`` brings the whole row
-into registers, and everything after reads it there: ``T.reduce_max`` for the
-row maximum m, ``T.reduce_sum`` of e = exp(x - m) for s, then each element's
+forward, softmax's backward, log_softmax's 16-bit backward and the 16-bit
+masked forward, 16384 for the others: ``_rows.resident_limit``). The block's
+tile is as wide as the row, so one ``T.copy`` brings the whole row into
+registers, and everything after reads it there: ``T.reduce_max`` for the row
+maximum m, ``T.reduce_sum`` of e = exp(x - m) for s, then each element's
 y = e * (1/s) written back, from the e that pass 1 summed and kept. x is read
 from memory once and y written once, the least any softmax can move, with one
 exponential a value. A short row leaves a block room for several rows (8 rows
