@@ -130,11 +130,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     planned = runner.plan_cases(args.op, dtypes, shapes, host)
     print(f"device: {device} | jax {jax.__version__} | seed {seed} | reference {where} | "
           f"{len(planned)} cases x {len(set(backends) | set(timed))} backends", flush=True)
+    here = Path(__file__).resolve().parent
     meta: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "device": device, "platform": "gpu" if is_gpu else "cpu", "jax_version": jax.__version__,
         "jax_camp_version": getattr(C.jax_camp, "__version__", None), "python": platform.python_version(),
-        "commit": report.git_commit(Path(__file__).resolve().parent), "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "commit": report.git_commit(here), "uncommitted_changes": report.git_uncommitted(here),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
         "command": "python benchmarks/run_ops.py " + shlex.join(sys.argv[1:] if argv is None else argv),
         "seed": seed, "reference": where, "settings": dataclasses.asdict(ctx.settings), "backends": backends,
         "notes": notes, "cross_checks": ctx.cross_checks}
@@ -199,7 +201,7 @@ def replay(paths: Sequence[str], plot_path: str | None, markdown_path: str | Non
 
 
 def plot_title(meta: dict[str, Any]) -> str:
-    return (f"{meta['device']}, jax {meta['jax_version']}, {meta['date']}, commit {meta['commit'][:10]}\n"
+    return (f"{meta['device']}, jax {meta['jax_version']}, {meta['date']}, {report.describe_commit(meta)}\n"
             f"{meta['command']}")
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -47,8 +48,8 @@ def _run(run_ops, tmp_path: Path, *args: str) -> tuple[int, dict]:
 def test_report_has_expected_fields(run_ops, tmp_path: Path) -> None:
     rc, rep = _run(run_ops, tmp_path, "--op", "softmax", "--backend", "all", "--mode", "all", *TINY)
     assert rc == 0
-    for field in ("date", "device", "jax_version", "commit", "command", "ceiling", "cheapest_call_us",
-                  "cross_checks", "rows", "summary", "seed", "settings"):
+    for field in ("date", "device", "jax_version", "commit", "uncommitted_changes", "command", "ceiling",
+                  "cheapest_call_us", "cross_checks", "rows", "summary", "seed", "settings"):
         assert field in rep, field
     assert rep["commit"] == "unknown" or re.fullmatch(r"[0-9a-f]{40}", rep["commit"])
     assert rep["command"].startswith("python benchmarks/run_ops.py --op softmax")
@@ -66,6 +67,24 @@ def test_report_has_expected_fields(run_ops, tmp_path: Path) -> None:
     assert host["shape"] == C.HOST_SHAPE and "tbps" not in host["bench"]  # no bandwidth where dispatch rules
     summary = {s["backend"]: s for s in rep["summary"]}
     assert summary["cpu"]["compared"] == 1 and summary["xla"]["compared"] == 0
+
+
+def test_a_run_on_changed_files_says_its_commit_is_not_the_code(tmp_path: Path) -> None:
+    """A copy of a working tree carries its checkout's HEAD: the report says where the tracked
+    files differ from it, so that the commit it names is not read as the code that ran."""
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "kernel.py").write_text("a\n")
+    subprocess.run([*git, "add", "kernel.py"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "a"], check=True)
+    (tmp_path / "untracked.txt").write_text("not code that ran\n")
+    meta = {"commit": report.git_commit(tmp_path), "uncommitted_changes": report.git_uncommitted(tmp_path)}
+    assert re.fullmatch(r"[0-9a-f]{40}", meta["commit"]) and meta["uncommitted_changes"] is False
+    assert report.describe_commit(meta) == f"commit {meta['commit'][:10]}"
+    (tmp_path / "kernel.py").write_text("b\n")
+    meta["uncommitted_changes"] = report.git_uncommitted(tmp_path)
+    assert report.describe_commit(meta) == f"commit {meta['commit'][:10]} with uncommitted changes"
+    assert report.git_uncommitted(tmp_path / "not_a_repository") is None
 
 
 def test_markdown_report_from_a_saved_run(run_ops, tmp_path: Path, capsys) -> None:

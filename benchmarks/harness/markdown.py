@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from .report import CASE, HOST, LARGE_BYTES, Row, fmt_us, geomean, ratio, sig3
+from .report import CASE, HOST, LARGE_BYTES, Row, describe_commit, fmt_us, geomean, ratio, sig3
 from .verdict import FASTER, SLOWER, TIE, TIE_AT_CEILING
 
 
 def _header(meta: dict[str, Any]) -> list[str]:
-    return [f"{meta['date']}, {meta['device']}, jax {meta['jax_version']}, commit {meta['commit'][:10]},",
+    return [f"{meta['date']}, {meta['device']}, jax {meta['jax_version']}, {describe_commit(meta)},",
             f"`{meta['command']}`.", ""]
 
 

@@ -210,13 +210,32 @@ def print_summary(summary: Sequence[dict[str, Any]]) -> None:
               f"{ratio(s['geomean_host_ratio_vs_xla']):>7}{sig3(s['min_pct_of_ceiling_256mb']):>15}")
 
 
-def git_commit(where: Path) -> str:
+def _git(where: Path, *args: str) -> str | None:
+    """git's output in ``where``, or None where git or the repository is missing."""
     try:
-        done = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"],
-                              capture_output=True, text=True, timeout=10)
+        done = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else "unknown"
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def git_commit(where: Path) -> str:
+    """The checkout's HEAD, or "unknown"."""
+    return _git(where, "rev-parse", "HEAD") or "unknown"
+
+
+def git_uncommitted(where: Path) -> bool | None:
+    """Whether tracked files differ from HEAD (None where git cannot tell): a copy of a working
+    tree made on top of an older checkout carries that checkout's HEAD, which then does not name
+    the code that ran."""
+    status = _git(where, "status", "--porcelain", "--untracked-files=no")
+    return None if status is None else bool(status)
+
+
+def describe_commit(meta: dict[str, Any]) -> str:
+    """"commit <10 digits>", saying so where the tracked files differed from it."""
+    changed = " with uncommitted changes" if meta.get("uncommitted_changes") else ""
+    return f"commit {meta['commit'][:10]}{changed}"
 
 
 def write_json(path: str, report: dict[str, Any], rows: Sequence[Row]) -> None:
@@ -232,7 +251,7 @@ def print_report(rows: Sequence[Row], meta: dict[str, Any], elapsed_s: float, js
                  plot_path: str | None) -> None:
     """What ran where, the table, the host-bound rows, the cross-checks, the legend, the notes and
     the summary."""
-    print(f"\nrun {meta['date']}, {meta['device']}, jax {meta['jax_version']}, commit {meta['commit'][:10]}: "
+    print(f"\nrun {meta['date']}, {meta['device']}, jax {meta['jax_version']}, {describe_commit(meta)}: "
           f"{meta['command']}")
     print_rows([r for r in rows if r.kind == CASE])
     host_rows = [r for r in rows if r.kind == HOST]
