@@ -1,11 +1,11 @@
 """Saved reports of one build as one report: a matrix too long for one run, run in parts.
 
-Each part is a JSON report of `run_ops.py --json`, typically one `--op` subset a run. The
-parts must come from one build on one device (same device, jax, jax_camp version and commit, committed or not);
-a case measured in two parts is an error, except that a part's "not run" row (cut by
+Each part is a JSON report of `run_ops.py --json`, typically one `--op` subset a run. The parts
+must come from one build on one device (same device, jax, jax_camp version and commit, committed or
+not); a case measured in two parts is an error, except that a part's "not run" row (cut by
 `--time-limit`) gives way to another part's measured one. Every figure keeps the part it was
-measured in: a row's ratio against XLA is against the XLA timed beside it, and its share of
-the copy ceiling against its own part's ceiling.
+measured in: a row's ratio against XLA is against the XLA timed beside it, and its share of the
+copy ceiling against its own part's ceiling.
 """
 
 from __future__ import annotations
