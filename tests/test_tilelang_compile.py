@@ -40,7 +40,7 @@ from jax_camp.tilelang_kernels._rows import (  # noqa: E402
     RowTile, all_tiles, long_row_tile, prefetch_stages, resident_limit, resident_tile, row_tile,
     short_unaligned_tile, thread_and_slot, vector_elements,
 )
-from jax_camp.tilelang_kernels.softmax import MAX_VALUES_HELD_FOR_PASS_2  # noqa: E402
+from jax_camp.tilelang_kernels.softmax import MAX_VALUES_HELD_FOR_PASS_2, reads_again_for_pass_2  # noqa: E402
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 DTYPES = tuple(dtype.name for dtype in SUPPORTED_DTYPES)
@@ -216,13 +216,13 @@ def test_log_softmax_reads_a_crowded_resident_row_again(
     sources, op: str, dtype: str, tile: RowTile
 ) -> None:
     """log_softmax's pass 2 needs x: a resident tile holds it where a thread has at most
-    MAX_VALUES_HELD_FOR_PASS_2 values of the row, and reads the row again past that, so that
-    x does not stay in registers beside pass 1's exponentials. softmax's pass 2 needs only
-    the exponentials, and reads the row once."""
+    MAX_VALUES_HELD_FOR_PASS_2 values of the row, or takes row groups, and reads the row again
+    elsewhere, so that x does not stay in registers beside pass 1's exponentials. softmax's
+    pass 2 needs only the exponentials, and reads the row once."""
     twin = op.replace("log_", "")
     loads = {name: _x_loads(sources[(name, dtype, tile)].result()) for name in (op, twin)}
-    crowded = tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
-    assert loads[twin] > 0 and loads[op] == loads[twin] * (2 if crowded else 1), (loads, tile)
+    reads = 2 if reads_again_for_pass_2(tile) else 1
+    assert loads[twin] > 0 and loads[op] == loads[twin] * reads, (loads, tile)
 
 
 MASKED_RESIDENT_CASES = [case for case in MASKED_ROW_CASES if case[2].resident]
@@ -235,13 +235,13 @@ def test_a_crowded_masked_row_reads_its_mask_again(
 ) -> None:
     """Pass 2 of a masked kernel needs each element's mask byte: a resident tile holds the
     bytes through pass 1 where a thread has at most MAX_VALUES_HELD_FOR_PASS_2 values of the
-    row, and reads them again past that (with x, for log_softmax), so that they take no
-    registers beside pass 1's exponentials."""
+    row, or takes row groups, and reads them again elsewhere (with x, for log_softmax), so
+    that they take no registers beside pass 1's exponentials."""
     source = sources[(op, dtype, tile)].result()
     x_loads, mask_loads = _x_loads(source), _mask_loads(source, dtype)
-    crowded = tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
-    x_reads = 2 if crowded and op.startswith("log_") else 1
-    mask_reads = 2 if crowded else 1
+    reads_again = reads_again_for_pass_2(tile)
+    x_reads = 2 if reads_again and op.startswith("log_") else 1
+    mask_reads = 2 if reads_again else 1
     assert x_loads > 0 and mask_loads * x_reads == x_loads * mask_reads, (x_loads, mask_loads, tile)
 
 
@@ -253,14 +253,13 @@ def test_row_groups_come_in_through_shared_memory_asynchronously(
     sources, op: str, dtype: str, tile: RowTile
 ) -> None:
     """A tile taking row groups in turn copies each group's x (and mask) into shared memory
-    with cp.async, one group ahead of the one it works on; only a crowded row that pass 2
-    reads again (log_softmax's x) is read straight from memory too."""
+    with cp.async, one group ahead of the one it works on, and nothing of it straight from
+    memory: pass 2 reads nothing again."""
     source = sources[(op, dtype, tile)].result()
     assert re.search(ASYNC_LOAD.format(size=16, buf="X"), source), source
     if op in MASKED_OPS:
         assert re.search(ASYNC_LOAD.format(size=vector_elements(dtype), buf="Mask"), source), source
-    rereads = op.startswith("log_") and tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
-    assert bool(re.search(LOAD_128.format(buf="X"), source)) == rereads, source
+    assert not re.search(LOAD_128.format(buf="X"), source), source
 
 
 def test_the_forwards_take_row_groups_where_they_gain() -> None:

@@ -23,11 +23,12 @@ The resident limit (``resident_limit``) is RESIDENT_LIMIT for most kernels. The 
 forwards, softmax and log_softmax, hold nothing of a row beside its values, so rows of up to
 WIDE_RESIDENT_LIMIT still fit one block's registers without a spill, at 32 values a thread;
 reading such a row once outweighs the one block an SM that leaves. So does softmax's masked
-forward in the 16-bit types, whose mask it reads again for pass 2 rather than hold, and the
-backward kernels, whose y and g held spill a little but are read once rather than twice,
-softmax's in every dtype and log_softmax's in the 16-bit ones (WIDE_RESIDENT_KERNELS). The other
-kernels that hold a mask or a second operand beside a row spill more, or ran slower than the
-long-row tile there, and reduce_sum reads a row once either way.
+forward in the 16-bit types (whose tile reads the mask again for pass 2 unless it takes row
+groups), and the backward kernels, whose y and g held spill a little but are read once rather
+than twice, softmax's in every dtype and log_softmax's in the 16-bit ones
+(WIDE_RESIDENT_KERNELS). The other kernels that hold a mask or a second operand beside a row
+spill more, or ran slower than the long-row tile there, and reduce_sum reads a row once either
+way.
 
 ``aligned`` is a compile-time promise that every row starts on a 16-byte boundary
 (N * itemsize % 16 == 0), made through ``T.assume``: with it TileLang masks whole vectors at
@@ -72,8 +73,7 @@ MAX_ROWS = 8
 # reductions' scratch) while it works on the current one. Only where a call has rows enough
 # for ROW_GROUPS_MIN_BLOCKS such blocks: fewer rows go one group a block, over more SMs. The
 # kernels that take them (the forwards), by the fewest groups in flight at which they gain:
-# all but softmax read part of a crowded row again in pass 2, which one group in flight
-# does not overlap.
+# softmax with one; the others, with one in flight, ran no faster than a row a block.
 ROW_GROUPS, ROW_GROUPS_MIN_BLOCKS = 16, 128
 SHARED_MEMORY_BYTES = 192 * 1024
 ROW_GROUP_KERNELS = {"softmax": 1, "log_softmax": 2, "softmax_masked": 2, "log_softmax_masked": 2}

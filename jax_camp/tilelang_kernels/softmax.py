@@ -124,8 +124,17 @@ def copy_in(source, fragment, shared):
 # them again: x for log_softmax, the mask for a masked kernel. Past it (16-bit rows of 8192
 # and more, rows of 32768: 32 values a thread) holding them beside pass 1's exponentials
 # takes so many registers that fewer blocks fit an SM, and pass 2 reads them again instead,
-# from L2, where pass 1 has just read them.
+# from L2, where pass 1 has just read them (``reads_again_for_pass_2``).
 MAX_VALUES_HELD_FOR_PASS_2 = 16
+
+
+def reads_again_for_pass_2(tile: RowTile) -> bool:
+    """Whether a resident tile's pass 2 reads x (log_softmax) and the mask again rather than
+    hold them through pass 1: where a thread has more than MAX_VALUES_HELD_FOR_PASS_2 values
+    of a row, unless the tile takes row groups. Those are the 16-bit tiles of 32768 (1024
+    threads, alone on their SM whatever they hold), and holding ran faster there, where the
+    float32 tile of 32768 without row groups ran slower holding x (docs/tilelang_design.md)."""
+    return tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2 and tile.row_groups == 1
 
 
 def row_softmax_program(
@@ -138,7 +147,7 @@ def row_softmax_program(
     its output in float32 from shifted = x - m, e = exp(x - m), and its row's
     log(s) and 1/s. A formula that ignores e costs no exponential; one that
     reads shifted says so with ``write_needs_x``, and a resident tile then
-    holds x for it or reads it again (MAX_VALUES_HELD_FOR_PASS_2), as it does
+    holds x for it or reads it again (``reads_again_for_pass_2``), as it does
     a masked kernel's mask.
     With ``masked_out`` given the kernel is a masked one, X, Mask to Y: Mask is
     bool, true where an element takes part, and pass 2 stores
@@ -146,9 +155,9 @@ def row_softmax_program(
     """
     masked = masked_out is not None
     rows, cols = tile.rows, tile.cols
-    crowded = tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2
-    reread_resident_row = write_needs_x and crowded
-    reread_mask = masked and crowded
+    reads_again = reads_again_for_pass_2(tile)
+    reread_resident_row = write_needs_x and reads_again
+    reread_mask = masked and reads_again
     groups = tile.row_groups
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
@@ -236,8 +245,7 @@ def row_softmax_program(
             inv_sum[i] = 1.0 / row_sum[i]
 
         if tile.resident:
-            # What pass 2 reads again comes from memory (L2), not from shared memory,
-            # which by then may hold the next group's rows.
+            # What pass 2 reads again comes from memory (L2), where pass 1 has just read it.
             if reread_resident_row:
                 load(X, Mask, row0, 0, x_tile, keep, x)
             elif reread_mask:
