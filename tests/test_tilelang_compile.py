@@ -40,7 +40,7 @@ from jax_camp.tilelang_kernels._rows import (  # noqa: E402
     RowTile, all_tiles, long_row_tile, prefetch_stages, resident_limit, resident_tile, row_tile,
     short_unaligned_tile, thread_and_slot, vector_elements,
 )
-from jax_camp.tilelang_kernels.softmax import MAX_VALUES_HELD_FOR_PASS_2, reads_again_for_pass_2  # noqa: E402
+from jax_camp.tilelang_kernels.softmax import reads_again_for_pass_2  # noqa: E402
 
 SM90 = {"kind": "cuda", "arch": "sm_90"}
 DTYPES = tuple(dtype.name for dtype in SUPPORTED_DTYPES)
