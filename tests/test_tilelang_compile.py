@@ -36,9 +36,10 @@ from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
-    ITEMSIZE, MAX_THREADS, MIN_RESIDENT_COLS, ROW_GROUPS, SHARED_MEMORY_BYTES,
-    RowTile, all_tiles, long_row_tile, prefetch_stages, resident_limit, resident_tile, row_tile,
-    short_unaligned_tile, thread_and_slot, vector_elements,
+    ITEMSIZE, MAX_THREADS, MIN_RESIDENT_COLS, ONE_VECTOR_KERNELS, ROW_GROUPS,
+    SHARED_MEMORY_BYTES, RowTile, all_tiles, long_row_tile, long_row_vectors, prefetch_stages,
+    resident_limit, resident_tile, row_tile, short_unaligned_tile, thread_and_slot,
+    vector_elements,
 )
 from jax_camp.tilelang_kernels.softmax import reads_again_for_pass_2  # noqa: E402
 
@@ -323,10 +324,27 @@ def test_rows_that_fit_are_resident(dtype: str, op: str) -> None:
             assert tile.resident and tile.cols >= n and tile.threads <= 1024
             assert tile.cols // 2 < n or tile.cols == MIN_RESIDENT_COLS
         else:
-            assert tile == long_row_tile(dtype, True)
+            assert tile == long_row_tile(dtype, True, long_row_vectors(n, dtype, op))
     for n in (1, 3, vec + 1, 1025, limit - 1):
         assert row_tile(n, dtype, op) == short_unaligned_tile(dtype)
-    assert row_tile(limit + 1, dtype, op) == long_row_tile(dtype, False)
+    vectors = long_row_vectors(limit + 1, dtype, op)
+    assert row_tile(limit + 1, dtype, op) == long_row_tile(dtype, False, vectors)
+
+
+@pytest.mark.parametrize("op", ROW_OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_long_16_bit_rows_take_one_vector_unless_l2_keeps_them(dtype: str, op: str) -> None:
+    """softmax's, log_softmax's and softmax's backward's long 16-bit rows are walked one vector
+    a thread a tile, but for rows of more than 96 KB and at most 192 KB, which keep two, as
+    every other kernel and dtype does: docs/tilelang.md's table."""
+    one_vector = op in ONE_VECTOR_KERNELS and ITEMSIZE[dtype] == 2
+    kb = 512  # 16-bit elements in a KB; every n below is past every resident limit
+    for n, kept_in_l2 in ((40_000, False), (96 * kb, False), (96 * kb + 8, True),
+                          (192 * kb, True), (192 * kb + 8, False), (1 << 20, False)):
+        cols_a_tile = row_tile(n, dtype, op).cols
+        vectors = 1 if one_vector and not kept_in_l2 else 2
+        assert cols_a_tile == 512 * vectors * vector_elements(dtype), (n, cols_a_tile)
+        assert row_tile(n - 1, dtype, op) == long_row_tile(dtype, False, vectors)
 
 
 def test_only_the_kernels_that_gain_hold_rows_past_16384() -> None:

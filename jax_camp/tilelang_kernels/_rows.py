@@ -14,8 +14,8 @@ is one compile, which serves every N it is picked for:
   loading the next through shared memory while it works on the current one, in the kernels
   that gain by it (ROW_GROUP_KERNELS).
 - **Long** rows, past the resident limit: a block of LONG_ROW_THREADS threads a row, walked in
-  tiles of 2 vectors of 16 bytes a thread; a kernel that needs a second pass reads the row
-  again.
+  tiles of 2 vectors of 16 bytes a thread, or 1 (``long_row_vectors``); a kernel that needs a
+  second pass reads the row again.
 - **Short unaligned** rows: 4 rows a block of 128 threads, a warp a row, walked in tiles of a
   warp's 32 lanes x 2 vectors, with element-wise loads.
 
@@ -55,6 +55,13 @@ WIDE_RESIDENT_KERNELS = {"softmax": tuple(ITEMSIZE), "log_softmax": tuple(ITEMSI
                          "softmax_backward": tuple(ITEMSIZE),
                          "log_softmax_backward": ("bfloat16", "float16")}
 LONG_ROW_THREADS = 512
+# Long 16-bit rows in these kernels take one vector a thread a tile, not two: the tile takes
+# fewer registers, so two blocks share an SM (three in softmax's backward) and hide more of the
+# memory's latency. But for rows of ROW_BYTES_KEPT_IN_L2 bytes (more than the first, at most
+# the second), where the rows in flight of one block an SM stay in L2 for pass 2's re-read and
+# those of two blocks do not. The float32 tiles and the other kernels keep two vectors.
+ONE_VECTOR_KERNELS = ("softmax", "log_softmax", "softmax_backward")
+ROW_BYTES_KEPT_IN_L2 = (96 * 1024, 192 * 1024)
 SHORT_ROWS, SHORT_ROW_THREADS = 4, 128
 
 # How a resident tile spreads its rows over threads: each thread holds up to
@@ -115,14 +122,29 @@ class RowTile(NamedTuple):
         return self.rows * self.cols // self.threads
 
 
-def streamed_tile(dtype: str, aligned: bool, threads: int, rows: int) -> RowTile:
-    """Rows walked a tile at a time, each thread 2 vectors of 16 bytes a tile."""
-    return RowTile(rows, threads // rows * 2 * vector_elements(dtype), threads, False, aligned)
+def streamed_tile(dtype: str, aligned: bool, threads: int, rows: int,
+                  vectors: int = 2) -> RowTile:
+    """Rows walked a tile at a time, each thread ``vectors`` vectors of 16 bytes a tile."""
+    cols = threads // rows * vectors * vector_elements(dtype)
+    return RowTile(rows, cols, threads, False, aligned)
 
 
-def long_row_tile(dtype: str, aligned: bool) -> RowTile:
-    """A row past RESIDENT_LIMIT: a block a row."""
-    return streamed_tile(dtype, aligned, LONG_ROW_THREADS, 1)
+def takes_one_vector(op: str, dtype: str) -> bool:
+    """Whether ``op``'s kernel walks some long rows of ``dtype`` one vector a thread a tile."""
+    return op in ONE_VECTOR_KERNELS and ITEMSIZE[dtype] == 2
+
+
+def long_row_vectors(n: int, dtype: str, op: str) -> int:
+    """The vectors a thread takes a tile of a long row of ``n`` elements in ``op``'s kernel:
+    one where ``takes_one_vector`` and the row is outside ROW_BYTES_KEPT_IN_L2, else two."""
+    low, high = ROW_BYTES_KEPT_IN_L2
+    kept_in_l2 = low < n * ITEMSIZE[dtype] <= high
+    return 1 if takes_one_vector(op, dtype) and not kept_in_l2 else 2
+
+
+def long_row_tile(dtype: str, aligned: bool, vectors: int = 2) -> RowTile:
+    """A row past the resident limit: a block a row, ``vectors`` vectors a thread a tile."""
+    return streamed_tile(dtype, aligned, LONG_ROW_THREADS, 1, vectors)
 
 
 def short_unaligned_tile(dtype: str) -> RowTile:
@@ -179,7 +201,7 @@ def row_tile(n: int, dtype: str, op: str, row_count: int = 1) -> RowTile:
     resident where it can be, taking row groups where it gains and the rows fill the blocks."""
     aligned = is_aligned(n, dtype)
     if n > resident_limit(op, dtype):
-        return long_row_tile(dtype, aligned)
+        return long_row_tile(dtype, aligned, long_row_vectors(n, dtype, op))
     if not aligned:
         return short_unaligned_tile(dtype)
     tile = resident_tile(max(MIN_RESIDENT_COLS, 1 << (n - 1).bit_length()), dtype)
@@ -194,8 +216,10 @@ def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
     every configuration compiles."""
     resident = [resident_tile(cols, dtype) for cols in resident_widths(op, dtype)]
     grouped = [with_row_groups(tile, dtype, op) for tile in resident]
-    return (short_unaligned_tile(dtype), long_row_tile(dtype, False), long_row_tile(dtype, True),
-            *resident, *(tile for tile in grouped if tile is not None))
+    vectors = (2, 1) if takes_one_vector(op, dtype) else (2,)
+    long = [long_row_tile(dtype, aligned, v) for v in vectors for aligned in (False, True)]
+    return (short_unaligned_tile(dtype), *long, *resident,
+            *(tile for tile in grouped if tile is not None))
 
 
 def column_tiles(tile: RowTile, n):
