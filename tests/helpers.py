@@ -187,7 +187,7 @@ def tilelang_tiles_missed(op: str, shapes) -> set[tuple[str, str]]:
     """The (dtype, tile) configurations of the TileLang row kernel ``op`` (``_rows.all_tiles``)
     that none of ``shapes`` reaches, so that a GPU run with --backend tilelang runs each one."""
     every = {(d.name, t.name) for d in SUPPORTED_DTYPES for t in all_tiles(d.name, op)}
-    return every - {(d.name, row_tile(s[-1], d.name, op, math.prod(s[:-1])).name)
+    return every - {(d.name, row_tile(s[-1], d.name, op, math.prod(s[:-1]), clusters=True).name)
                     for d in SUPPORTED_DTYPES for s in shapes}
 
 

@@ -20,10 +20,11 @@ from helpers import (DTYPES, RowOp, assert_close, f64, hlo_text, kernel_paths_mi
                      log_softmax_reference, random_mask, random_normal, tilelang_tiles_missed)
 # softmax's value and derivative tests over its shapes, with and without where=, run here on
 # log_softmax (the `op` fixture below).
-from test_softmax import (LONG_ROWS, ROW_GROUP_SHAPES, SHAPES,  # noqa: F401
+from test_softmax import (CLUSTER_GROUP_SHAPES, LONG_ROWS, ROW_GROUP_SHAPES, SHAPES,  # noqa: F401
                           test_forward_brings_a_row_counter_only_where_its_kernel_may_claim_rows,
                           test_jvp_matches_reference, test_long_rows, test_matches_reference,
                           test_row_groups, test_rows_claimed_by_clusters,
+                          test_rows_held_over_a_cluster,
                           test_special_values_match_jax, test_vjp_matches_reference,
                           test_where_matches_reference, test_where_on_long_rows,
                           test_where_runs_the_masked_kernel, test_where_special_values_match_jax)
@@ -45,7 +46,8 @@ def test_shapes_reach_every_tilelang_tile(kernel):
     """softmax's SHAPES and the shapes of test_long_rows and test_row_groups reach every tile
     of log_softmax's TileLang kernels, in every dtype, so that a GPU run with --backend
     tilelang compiles and runs each one."""
-    missed = tilelang_tiles_missed(kernel.name, SHAPES + [LONG_ROWS] + ROW_GROUP_SHAPES)
+    missed = tilelang_tiles_missed(kernel.name, SHAPES + [LONG_ROWS] + ROW_GROUP_SHAPES
+                                   + CLUSTER_GROUP_SHAPES)
     assert not missed, f"no test shape reaches {sorted(missed)}"
 
 

@@ -36,6 +36,9 @@ LONG_ROWS = (2, 1_000_003)
 # Rows many and long enough that the TileLang forwards' blocks of 1024 threads take 16 row
 # groups in turn (_rows.row_tile), the last block's groups past the last row (test_row_groups).
 ROW_GROUP_SHAPES = [(2053, 9000), (2050, 17_000)]
+# float32 rows the TileLang forwards hold over clusters of 2, 4 and 8 blocks taking 16 row groups
+# in turn (_rows.row_tile), the last cluster's past the last row, the last block's part short.
+CLUSTER_GROUP_SHAPES = [(1030, 49_160), (514, 98_312), (260, 196_616)]
 
 
 @pytest.mark.parametrize("kernel", ["softmax", "softmax_masked", "softmax_backward"])
@@ -52,7 +55,8 @@ def test_shapes_reach_every_tilelang_tile(kernel):
     """SHAPES and the shapes of test_long_rows and test_row_groups reach every tile of softmax's
     TileLang kernels, in every dtype, so that a GPU run with --backend tilelang compiles and
     runs each one."""
-    missed = tilelang_tiles_missed(kernel, SHAPES + [LONG_ROWS] + ROW_GROUP_SHAPES)
+    missed = tilelang_tiles_missed(kernel, SHAPES + [LONG_ROWS] + ROW_GROUP_SHAPES
+                                   + CLUSTER_GROUP_SHAPES)
     assert not missed, f"no test shape reaches {sorted(missed)}"
 
 
@@ -87,6 +91,15 @@ def test_row_groups(op, shape, dtype, where, backend):
     """Blocks that take rows in turn, a fully masked row among them (random_mask), and blocks
     whose last groups lie past the last row."""
     check_values(op.fn, op.reference, shape, dtype, backend, where=where)
+
+
+@pytest.mark.parametrize("shape", on_this_machine(CLUSTER_GROUP_SHAPES))
+def test_rows_held_over_a_cluster(op, shape, backend):
+    """float32 rows held over a cluster, its blocks taking rows in turn, as jax.nn's, among them
+    rows whose first parts are only -inf, a row of only -inf and a row with a NaN."""
+    x = random_normal(shape, jnp.float32, scale=3.0).at[0, :-4].set(-jnp.inf)
+    x = x.at[2, : shape[-1] // 2].set(-jnp.inf).at[3, 7].set(jnp.nan).at[5].set(-jnp.inf)
+    assert_special_values_match(op.fn(x, backend=backend), op.jax_fn(x), jnp.float32)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
@@ -134,12 +147,14 @@ def assert_special_values_match(actual, expected, dtype) -> None:
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("copies", [1, 4])
+@pytest.mark.parametrize("copies", [1, 4, 10_000])
 def test_special_values_match_jax(op, copies, dtype, backend):
     """-inf entries, a row of -inf, a NaN, +inf, huge logits and logits 1000 apart, as jax.nn's.
 
     Rows of 4 take one value at a time; 4 copies side by side make rows of 16,
-    which take 16-byte packs (and 16-bit types their packed max) on the GPU.
+    which take 16-byte packs (and 16-bit types their packed max) on the GPU;
+    10000 make long rows, streamed. The first row keeps only its last 4 entries
+    finite, so that a long row's first tiles are only -inf.
     """
     x = jnp.array(
         [
@@ -154,6 +169,7 @@ def test_special_values_match_jax(op, copies, dtype, backend):
         dtype,
     )
     x = jnp.tile(x, (1, copies))
+    x = x.at[0, :-4].set(-jnp.inf)
     assert_special_values_match(op.fn(x, backend=backend), op.jax_fn(x.astype(jnp.float32)), dtype)
 
 

@@ -36,10 +36,10 @@ from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
-    ITEMSIZE, MAX_THREADS, MIN_RESIDENT_COLS, ONE_VECTOR_KERNELS, ROW_GROUPS,
-    SHARED_MEMORY_BYTES, RowTile, all_tiles, long_row_tile, long_row_vectors, prefetch_stages,
-    resident_limit, resident_tile, row_tile, short_unaligned_tile, thread_and_slot,
-    vector_elements,
+    CLUSTER_KERNELS, ITEMSIZE, MAX_THREADS, MIN_RESIDENT_COLS, ONE_VECTOR_KERNELS, ROW_GROUPS,
+    SHARED_MEMORY_BYTES, RowTile, all_tiles, cluster_tile, long_row_tile, long_row_vectors,
+    prefetch_stages, resident_limit, resident_tile, row_tile, short_unaligned_tile,
+    thread_and_slot, vector_elements,
 )
 from jax_camp.tilelang_kernels.softmax import reads_again_for_pass_2  # noqa: E402
 
@@ -200,12 +200,14 @@ FORWARD_CASES = [case for case in CASES if case[0] in EXP_CALLS]
 @pytest.mark.parametrize("op, dtype, tile", FORWARD_CASES, ids=map(_case_id, FORWARD_CASES))
 def test_forwards_take_one_fast_exponential_a_value_a_pass(sources, op: str, dtype: str, tile: RowTile) -> None:
     """Every exponential is __expf (a multiply and ex2.approx), none the accurate expf or exp2f,
-    several instructions longer, and a pass computes each value's once."""
+    several instructions longer, and a pass computes each value's once. A row held over a
+    cluster takes two more a row, in pooling the blocks' pairs (share_over_cluster)."""
     source = sources[(op, dtype, tile)].result()
     accurate = re.findall(r"\b(?:expf|exp2f|exp|exp2)\(", source)
     assert not accurate, f"{accurate} in the {op} {dtype} {tile.name} kernel:\n{source}"
     resident, streamed = EXP_CALLS[op]
-    calls = (resident if tile.resident else streamed) * _bodies(op, dtype, tile)
+    pooling = 2 if tile.cluster > 1 else 0
+    calls = (resident + pooling if tile.resident else streamed) * _bodies(op, dtype, tile)
     assert len(re.findall(r"__expf\(", source)) == calls, source
 
 
@@ -329,6 +331,32 @@ def test_rows_that_fit_are_resident(dtype: str, op: str) -> None:
         assert row_tile(n, dtype, op) == short_unaligned_tile(dtype)
     vectors = long_row_vectors(limit + 1, dtype, op)
     assert row_tile(limit + 1, dtype, op) == long_row_tile(dtype, False, vectors)
+
+
+@pytest.mark.parametrize("op", ROW_OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_long_aligned_rows_are_held_over_a_cluster_where_it_gains(dtype: str, op: str) -> None:
+    """On a GPU with clusters, softmax's and log_softmax's float32 long aligned rows of up to
+    262144 columns are held over the fewest blocks, a power of two, of 32768 columns each,
+    where the row fills 3/4 of the blocks' columns or more and there are rows enough for 128
+    blocks of 16 row groups; elsewhere, and without clusters, long rows are streamed."""
+    held = dtype in CLUSTER_KERNELS.get(op, ())
+    assert held == (op in ("softmax", "log_softmax") and dtype == "float32")
+    vec = vector_elements(dtype)
+    for n, blocks in ((49_152, 2), (65_536, 2), (98_304, 4), (131_072, 4), (196_608, 8),
+                      (262_144, 8)):
+        if n <= resident_limit(op, dtype):
+            continue
+        rows_to_fill = ROW_GROUPS * 128 // blocks
+        streamed = long_row_tile(dtype, True, long_row_vectors(n, dtype, op))
+        assert row_tile(n, dtype, op, 1 << 20) == streamed
+        expected = cluster_tile(dtype, blocks) if held else streamed
+        assert row_tile(n, dtype, op, rows_to_fill, clusters=True) == expected
+        assert row_tile(n, dtype, op, rows_to_fill - 1, clusters=True) == streamed
+        assert row_tile(n - 1, dtype, op, 1 << 20, clusters=True).cluster == 1  # unaligned
+        if n == 3 * blocks * 32_768 // 4:  # the parts short of 3/4 full
+            assert row_tile(n - vec, dtype, op, 1 << 20, clusters=True).cluster == 1
+    assert row_tile(262_144 + vec, dtype, op, 1 << 20, clusters=True).cluster == 1
 
 
 @pytest.mark.parametrize("op", ROW_OPS)

@@ -16,6 +16,11 @@ is one compile, which serves every N it is picked for:
 - **Long** rows, past the resident limit: a block of LONG_ROW_THREADS threads a row, walked in
   tiles of 2 vectors of 16 bytes a thread, or 1 (``long_row_vectors``); a kernel that needs a
   second pass reads the row again.
+- **Held over a cluster**, long aligned rows in the kernels that gain (CLUSTER_KERNELS), on a
+  GPU with thread-block clusters: the fewest blocks (``cluster_blocks``) of a resident tile of
+  CLUSTER_PART_COLS columns each hold a part of the row, read once, and pool their parts'
+  (max, sum) through distributed shared memory; each block takes ROW_GROUPS rows in turn, as
+  resident tiles do. Only where the rows fill the row groups and the parts are mostly full.
 - **Short unaligned** rows: 4 rows a block of 128 threads, a warp a row, walked in tiles of a
   warp's 32 lanes x 2 vectors, with element-wise loads.
 
@@ -39,6 +44,7 @@ the call, so the promise is never broken.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 from jax_camp import registration
@@ -84,6 +90,16 @@ MAX_ROWS = 8
 ROW_GROUPS, ROW_GROUPS_MIN_BLOCKS = 16, 128
 SHARED_MEMORY_BYTES = 192 * 1024
 ROW_GROUP_KERNELS = {"softmax": 1, "log_softmax": 2, "softmax_masked": 2, "log_softmax_masked": 2}
+# Long aligned rows held over a thread-block cluster: up to MAX_CLUSTER blocks, each holding
+# CLUSTER_PART_COLS columns as a resident tile of MAX_THREADS threads, so the row is read once.
+# Its blocks take ROW_GROUPS rows in turn, the next row's part loading while the cluster pools
+# the current one's (max, sum); without row groups (too few rows to fill ROW_GROUPS_MIN_BLOCKS
+# blocks), or with parts less than CLUSTER_MIN_FILL full on average, a cluster is slower than
+# a block streaming its row. The kernels, and their dtypes, that gain.
+CLUSTER_PART_COLS = 32768
+MAX_CLUSTER = 8
+CLUSTER_MIN_FILL = 0.75
+CLUSTER_KERNELS = {"softmax": ("float32",), "log_softmax": ("float32",)}
 
 
 def vector_elements(dtype: str) -> int:
@@ -107,6 +123,8 @@ class RowTile(NamedTuple):
     # A block takes this many groups of ``rows`` rows in turn, each loaded into shared
     # memory while it works on the group before (resident tiles only).
     row_groups: int = 1
+    # A cluster of this many blocks holds each row, ``cols`` columns a block (resident only).
+    cluster: int = 1
 
     @property
     def name(self) -> str:
@@ -114,7 +132,8 @@ class RowTile(NamedTuple):
         kind = "resident" if self.resident else "streamed"
         alignment = "" if self.resident or not self.aligned else "_aligned"
         groups = f"_{self.row_groups}groups" if self.row_groups > 1 else ""
-        return f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}{groups}"
+        cluster = f"_cluster{self.cluster}" if self.cluster > 1 else ""
+        return f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}{cluster}{groups}"
 
     @property
     def values_per_thread(self) -> int:
@@ -196,10 +215,37 @@ def with_row_groups(tile: RowTile, dtype: str, op: str) -> RowTile | None:
     return tile._replace(row_groups=ROW_GROUPS)
 
 
-def row_tile(n: int, dtype: str, op: str, row_count: int = 1) -> RowTile:
+def cluster_blocks(n: int) -> int:
+    """The fewest blocks, a power of two, whose parts of CLUSTER_PART_COLS columns cover n."""
+    return 1 << (math.ceil(n / CLUSTER_PART_COLS) - 1).bit_length()
+
+
+def held_over_cluster(n: int, dtype: str, op: str, row_count: int) -> bool:
+    """Whether ``op``'s kernel holds ``row_count`` rows of ``n`` elements of ``dtype`` over a
+    cluster, on a GPU that has clusters: long aligned rows of at most MAX_CLUSTER parts, at
+    least CLUSTER_MIN_FILL of the parts' columns used, rows enough to fill the row groups,
+    where CLUSTER_KERNELS says so."""
+    if not (dtype in CLUSTER_KERNELS.get(op, ()) and is_aligned(n, dtype)
+            and resident_limit(op, dtype) < n <= MAX_CLUSTER * CLUSTER_PART_COLS):
+        return False
+    blocks = cluster_blocks(n)
+    return (n >= CLUSTER_MIN_FILL * blocks * CLUSTER_PART_COLS
+            and row_count * blocks >= ROW_GROUPS * ROW_GROUPS_MIN_BLOCKS)
+
+
+def cluster_tile(dtype: str, blocks: int) -> RowTile:
+    """A row held over ``blocks`` blocks of CLUSTER_PART_COLS columns, ROW_GROUPS rows a
+    block in turn."""
+    return resident_tile(CLUSTER_PART_COLS, dtype)._replace(cluster=blocks, row_groups=ROW_GROUPS)
+
+
+def row_tile(n: int, dtype: str, op: str, row_count: int = 1, clusters: bool = False) -> RowTile:
     """The tile of ``op``'s kernel for ``row_count`` rows of ``n`` elements of ``dtype``:
-    resident where it can be, taking row groups where it gains and the rows fill the blocks."""
+    resident where it can be, taking row groups where it gains and the rows fill the blocks;
+    held over a cluster where it gains and the GPU has ``clusters``."""
     aligned = is_aligned(n, dtype)
+    if clusters and held_over_cluster(n, dtype, op, row_count):
+        return cluster_tile(dtype, cluster_blocks(n))
     if n > resident_limit(op, dtype):
         return long_row_tile(dtype, aligned, long_row_vectors(n, dtype, op))
     if not aligned:
@@ -218,8 +264,10 @@ def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
     grouped = [with_row_groups(tile, dtype, op) for tile in resident]
     vectors = (2, 1) if takes_one_vector(op, dtype) else (2,)
     long = [long_row_tile(dtype, aligned, v) for v in vectors for aligned in (False, True)]
+    held = [cluster_tile(dtype, 2 ** k) for k in range(1, MAX_CLUSTER.bit_length())
+            if dtype in CLUSTER_KERNELS.get(op, ())]
     return (short_unaligned_tile(dtype), *long, *resident,
-            *(tile for tile in grouped if tile is not None))
+            *(tile for tile in grouped if tile is not None), *held)
 
 
 def column_tiles(tile: RowTile, n):

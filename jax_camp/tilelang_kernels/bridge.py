@@ -98,6 +98,11 @@ def compile_target() -> dict[str, str] | None:
     return {"kind": "cuda", "arch": "sm_" + capability.replace(".", "")}
 
 
+def has_clusters(target: dict[str, str] | None) -> bool:
+    """Whether ``target`` launches thread-block clusters: sm_90 and later."""
+    return target is not None and int(target["arch"].removeprefix("sm_").rstrip("a")) >= 90
+
+
 def build_program(op: str, dtype: str, tile: RowTile | None) -> tirx.PrimFunc:
     """The tile program for ``op`` by ``tile`` (None for a flat kernel); TileLang's program
     builder is not thread-safe."""
@@ -143,7 +148,8 @@ def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
     shape, dtype = x.shape, jnp.dtype(x.dtype).name
     if spec.along_rows:
         kernel_shape = (math.prod(shape[:-1]), shape[-1])
-        tile = row_tile(shape[-1], dtype, spec.name, kernel_shape[0])
+        tile = row_tile(shape[-1], dtype, spec.name, kernel_shape[0],
+                        has_clusters(compile_target()))
     else:
         kernel_shape = (math.prod(shape),)
         tile = None

@@ -23,6 +23,15 @@ issues the next row's (the next two, where two fit) before the block works on
 the current one, so the loads of one row overlap the reductions of the last.
 ``_rows.row_tile`` says which kernels gain, and from how many rows.
 
+Rows held over a cluster (softmax's float32 rows of up to 262144, on GPUs
+with thread-block clusters). A row too long for one block is split into parts
+of 32768 columns, one a block of a cluster, each held as a resident tile: its
+own max m and sum s, exchanged with the cluster's other blocks through
+distributed shared memory (``share_over_cluster``), give every block the
+row's M and S, and its exponentials are rescaled by exp(m - M). x is read
+once. With rows enough, the cluster's blocks take 16 rows in turn, each
+block's part of the next row loading while the cluster pools this one's.
+
 Streamed rows (longer, or short and unaligned), online softmax. Pass 1 reads
 the row tile by tile and keeps a rolling log-sum-exp as two numbers: ``m``,
 the largest x seen so far, and ``s``, the sum of exp(x - m) over what was seen.
@@ -108,6 +117,59 @@ def exp(t):
     return T.__exp(t)
 
 
+LOWEST_FLOAT32 = -3.4028234663852886e38
+
+
+@T.macro
+def start_cluster(parts):
+    """Clears ``parts`` and waits until every block of the cluster has started: a block
+    may store into another's shared memory only once that block is running."""
+    T.fill(parts, 0.0)
+    T.sync_threads()
+    T.cluster_arrive()
+    T.cluster_wait()
+
+
+@T.macro
+def share_over_cluster(row_max, row_sum, rescale, mine, parts, slot, blocks, rank):
+    """Pools the (max, sum) pair of each block's part of a row over the cluster.
+
+    In: this block's part's ``row_max`` m and ``row_sum`` s = sum(exp(x - m)). Out: the
+    whole row's M and S in them, and in ``rescale`` exp(m - M), which turns this part's
+    exponentials into the row's (pass 2 takes it in with 1/S). Each block stores its pair into slot ``slot`` of every
+    block's ``parts`` (distributed shared memory), then the cluster waits for all. The slots
+    alternate by row, so that a block storing the next row's pair never overwrites one that
+    a slower block is still reading. A part of only -inf (or wholly past the row's end) has
+    m = -inf and adds nothing; a row of only -inf ends with M = -inf, S = 0 and a NaN
+    ``rescale``, and so NaN outputs, jax's answer. The row's pair lives in these fragments, not
+    in local variables: TileLang's pipeliner drops a loop body's local bindings from the
+    last iteration it peels off.
+    """
+    neg_inf = -T.infinity(ACCUM)
+    mine[slot, 0] = row_max[0]  # every thread stores the same pair
+    mine[slot, 1] = row_sum[0]
+    T.sync_threads()
+    t = T.get_thread_binding()
+    if t < blocks * 2:
+        T.copy_cluster(mine[slot, t % 2], parts[slot, rank, t % 2], dst_block=t // 2)
+    T.cluster_sync()
+    for i in T.Parallel(1):
+        rescale[i] = row_max[i]
+        row_max[i] = neg_inf
+        row_sum[i] = 0.0
+    for b in T.serial(blocks):
+        for i in T.Parallel(1):
+            row_max[i] = T.max(row_max[i], parts[slot, b, 0])
+    for b in T.serial(blocks):
+        for i in T.Parallel(1):
+            row_sum[i] += T.if_then_else(
+                parts[slot, b, 0] == neg_inf, 0.0,
+                parts[slot, b, 1] * exp(parts[slot, b, 0] - row_max[i]),
+            )
+    for i in T.Parallel(1):
+        rescale[i] = exp(rescale[i] - row_max[i])
+
+
 @T.macro
 def copy_in(source, fragment, shared):
     """A tile from memory into registers, through ``shared`` unless it is None: a tile
@@ -145,7 +207,9 @@ def row_softmax_program(
 
     Pass 2 stores ``write(shifted, e, log_sum, inv_sum)`` for each element:
     its output in float32 from shifted = x - m, e = exp(x - m), and its row's
-    log(s) and 1/s. A formula that ignores e costs no exponential; one that
+    log(s) and 1/s (over a cluster, e is exp(x - m) of the block's part and
+    1/s comes as exp(m_part - m) / s, their product the same e / s). A
+    formula that ignores e costs no exponential; one that
     reads shifted says so with ``write_needs_x``, and a resident tile then
     holds x for it or reads it again (``reads_again_for_pass_2``), as it does
     a masked kernel's mask.
@@ -198,17 +262,28 @@ def row_softmax_program(
 
     # One group of ``rows`` rows from row0 on, the whole row: its statistics, then its outputs.
     # x_shared (and keep_shared) are where a tile taking row groups in turn stages its loads.
+    # A block of a cluster holds part ``rank`` of the row (its tile ``rank``) and pools its
+    # statistics in slot ``slot`` of ``parts``.
     @T.macro
     def softmax_row_group(X, Mask, Y, row0, x_tile, x, scaled, out, lane_max, lane_sum, keep,
-                          row_max, row_sum, log_sum, inv_sum, x_shared, keep_shared):
+                          row_max, row_sum, log_sum, inv_sum, rescale, mine, parts,
+                          x_shared, keep_shared, rank, slot):
         if tile.resident:
-            # The row is one tile: its maximum, then the sum of exp(x - max),
-            # whose terms stay in ``scaled`` for pass 2.
-            load(X, Mask, row0, 0, x_tile, keep, x, x_shared, keep_shared)
+            # The row (or the block's part of it) is one tile: its maximum, then the sum of
+            # exp(x - max), whose terms stay in ``scaled`` for pass 2.
+            load(X, Mask, row0, rank, x_tile, keep, x, x_shared, keep_shared)
             T.reduce_max(x, row_max, dim=1)
+            if tile.cluster > 1:
+                # A part of only -inf takes the lowest float as its max, so that its
+                # exponentials are 0, not exp(-inf + inf) = NaN.
+                for i in T.Parallel(rows):
+                    row_max[i] = T.max(row_max[i], LOWEST_FLOAT32)
             for i, j in T.Parallel(rows, cols):
                 scaled[i, j] = exp(x[i, j] - row_max[i])
             T.reduce_sum(scaled, row_sum, dim=1)
+            if tile.cluster > 1:
+                share_over_cluster(row_max, row_sum, rescale, mine, parts, slot, tile.cluster,
+                                   rank)
         else:
             # Pass 1: each element's rolling (max, sum) pair. Either update takes
             # exp(-|x - m|), so one exponential a value serves both.
@@ -242,15 +317,17 @@ def row_softmax_program(
         # -inf - -inf = NaN, jax's answer for it.
         for i in T.Parallel(rows):
             log_sum[i] = T.log(row_sum[i])
-            inv_sum[i] = 1.0 / row_sum[i]
+            # Over a cluster the exponentials are the part's, exp(x - m): 1/S takes the rescale
+            # exp(m - M) in, so that e * inv_sum is the row's exp(x - M) / S all the same.
+            inv_sum[i] = (rescale[i] if tile.cluster > 1 else 1.0) / row_sum[i]
 
         if tile.resident:
             # What pass 2 reads again comes from memory (L2), where pass 1 has just read it.
             if reread_resident_row:
-                load(X, Mask, row0, 0, x_tile, keep, x)
+                load(X, Mask, row0, rank, x_tile, keep, x)
             elif reread_mask:
-                T.copy(Mask[row0, 0], keep)
-            normalize(Y, row0, 0, x, scaled, keep, row_max, log_sum, inv_sum, out)
+                T.copy(Mask[row0, rank * cols], keep)
+            normalize(Y, row0, rank, x, scaled, keep, row_max, log_sum, inv_sum, out)
         else:
             # Pass 2 reads the row again.
             for kb in T.Serial(column_tiles(tile, n)):
@@ -260,7 +337,9 @@ def row_softmax_program(
     # The body of both kernels, masked or not; Mask is None in the one without.
     @T.macro
     def softmax_rows(X, Mask, Y):
-        with T.Kernel(T.ceildiv(m_, rows * groups), threads=tile.threads) as bx:
+        blocks = tile.cluster
+        with T.Kernel(T.ceildiv(m_, rows * groups) * blocks, threads=tile.threads,
+                      cluster_dims=blocks if blocks > 1 else None) as bx:
             if tile.aligned:
                 T.assume(n % vec == 0)
             x_tile, x, scaled, out = row_tiles(tile, dtype, ACCUM, ACCUM, dtype)
@@ -279,11 +358,21 @@ def row_softmax_program(
                 (keep,) = row_tiles(tile, "uint8")
                 per_element.append(keep)
             T.annotate_layout({t: layout for t in per_element})
+            rescale = mine = parts = None
+            if blocks > 1:
+                # Each block's (max, sum) pair, and the cluster's, in two slots by row parity.
+                rescale = T.alloc_fragment((rows,), ACCUM)
+                mine = T.alloc_shared((2, 2), ACCUM)
+                parts = T.alloc_shared((2, blocks, 2), ACCUM)
+                start_cluster(parts)
             state = (x_tile, x, scaled, out, lane_max, lane_sum, keep,
-                     row_max, row_sum, log_sum, inv_sum)
+                     row_max, row_sum, log_sum, inv_sum, rescale, mine, parts)
+            # A cluster's blocks take the same rows, a part each.
+            first_group = (bx // blocks if blocks > 1 else bx) * groups
+            rank = bx % blocks if blocks > 1 else 0
 
             if groups == 1:
-                softmax_row_group(X, Mask, Y, bx * rows, *state, None, None)
+                softmax_row_group(X, Mask, Y, first_group * rows, *state, None, None, rank, 0)
             else:
                 # The block's row groups in turn, each group's rows copied into shared memory
                 # (cp.async) while the block works on the group before.
@@ -291,8 +380,8 @@ def row_softmax_program(
                 keep_shared = T.alloc_shared((rows, cols), "uint8") if masked else None
                 stages = prefetch_stages(tile, dtype, name)
                 for group in T.Pipelined(groups, num_stages=stages):
-                    softmax_row_group(X, Mask, Y, (bx * groups + group) * rows, *state,
-                                      x_shared, keep_shared)
+                    softmax_row_group(X, Mask, Y, (first_group + group) * rows, *state,
+                                      x_shared, keep_shared, rank, group % 2)
 
     # A prim_func's parameters are its Python signature, so the two kernels
     # have a signature each, around the one body. The mask is declared bool, so that
