@@ -266,10 +266,11 @@ def test_row_groups_come_in_through_shared_memory_asynchronously(
 
 
 def test_the_forwards_take_row_groups_where_they_gain() -> None:
-    """Row groups go to the forwards' resident tiles of MAX_THREADS threads, where the groups
-    in flight that each kernel gains with fit in shared memory: docs/tilelang.md's table."""
+    """Row groups go to the forwards' one-block resident tiles of MAX_THREADS threads, where the
+    groups in flight that each kernel gains with fit in shared memory: docs/tilelang.md's table.
+    (Every cluster tile takes them too: test_long_aligned_rows_are_held_over_a_cluster_where_it_gains.)"""
     grouped = {(op, dtype, tile.cols) for op in ROW_OPS for dtype in DTYPES
-               for tile in all_tiles(dtype, op) if tile.row_groups > 1}
+               for tile in all_tiles(dtype, op) if tile.row_groups > 1 and tile.cluster == 1}
     assert grouped == {
         ("softmax", "float32", 16384), ("softmax", "float32", 32768),
         ("log_softmax", "float32", 16384), ("softmax_masked", "float32", 16384),
@@ -342,6 +343,9 @@ def test_long_aligned_rows_are_held_over_a_cluster_where_it_gains(dtype: str, op
     blocks of 16 row groups; elsewhere, and without clusters, long rows are streamed."""
     held = dtype in CLUSTER_KERNELS.get(op, ())
     assert held == (op in ("softmax", "log_softmax") and dtype == "float32")
+    clustered = {tile for tile in all_tiles(dtype, op) if tile.cluster > 1}
+    assert clustered == ({cluster_tile(dtype, blocks) for blocks in (2, 4, 8)} if held else set())
+    assert all(tile.row_groups == ROW_GROUPS for tile in clustered)
     vec = vector_elements(dtype)
     for n, blocks in ((49_152, 2), (65_536, 2), (98_304, 4), (131_072, 4), (196_608, 8),
                       (262_144, 8)):
