@@ -23,8 +23,8 @@ issues the next row's (the next two, where two fit) before the block works on
 the current one, so the loads of one row overlap the reductions of the last.
 ``_rows.row_tile`` says which kernels gain, and from how many rows.
 
-Rows held over a cluster (softmax's float32 rows of up to 262144, on GPUs
-with thread-block clusters). A row too long for one block is split into parts
+Rows held over a cluster (softmax's and log_softmax's float32 rows of up to
+262144, on GPUs with thread-block clusters). A row too long for one block is split into parts
 of 32768 columns, one a block of a cluster, each held as a resident tile: its
 own max m and sum s, exchanged with the cluster's other blocks through
 distributed shared memory (``share_over_cluster``), give every block the
