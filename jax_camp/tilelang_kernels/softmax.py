@@ -24,12 +24,12 @@ the current one, so the loads of one row overlap the reductions of the last.
 ``_rows.row_tile`` says which kernels gain, and from how many rows.
 
 Rows held over a cluster (softmax's and log_softmax's float32 rows of up to
-262144, on GPUs with thread-block clusters). A row too long for one block is split into parts
-of 32768 columns, one a block of a cluster, each held as a resident tile: its
-own max m and sum s, exchanged with the cluster's other blocks through
-distributed shared memory (``share_over_cluster``), give every block the
-row's M and S, and its exponentials are rescaled by exp(m - M). x is read
-once. With rows enough, the cluster's blocks take 16 rows in turn, each
+262144, on GPUs with thread-block clusters). A row too long for one block is
+split into parts of 32768 columns, one a block of a cluster, each held as a
+resident tile: its own max m and sum s, exchanged with the cluster's other
+blocks through distributed shared memory (``share_over_cluster``), give every
+block the row's M and S, and its exponentials are rescaled by exp(m - M). x is
+read once. With rows enough, the cluster's blocks take 16 rows in turn, each
 block's part of the next row loading while the cluster pools this one's.
 
 Streamed rows (longer, or short and unaligned), online softmax. Pass 1 reads
@@ -136,12 +136,13 @@ def share_over_cluster(row_max, row_sum, rescale, mine, parts, slot, blocks, ran
 
     In: this block's part's ``row_max`` m and ``row_sum`` s = sum(exp(x - m)). Out: the
     whole row's M and S in them, and in ``rescale`` exp(m - M), which turns this part's
-    exponentials into the row's (pass 2 takes it in with 1/S). Each block stores its pair into slot ``slot`` of every
-    block's ``parts`` (distributed shared memory), then the cluster waits for all. The slots
-    alternate by row, so that a block storing the next row's pair never overwrites one that
-    a slower block is still reading. A part of only -inf (or wholly past the row's end) has
-    m = -inf and adds nothing; a row of only -inf ends with M = -inf, S = 0 and a NaN
-    ``rescale``, and so NaN outputs, jax's answer. The row's pair lives in these fragments, not
+    exponentials into the row's (pass 2 takes it in with 1/S). Each block stores its pair
+    into slot ``slot`` of every block's ``parts`` (distributed shared memory), then the
+    cluster waits for all. The slots alternate by row, so that a block storing the next
+    row's pair never overwrites one that a slower block is still reading. A part of only
+    -inf (or wholly past the row's end) comes with m the lowest float and s = 0, and adds
+    nothing; a row of only -inf ends with S = 0, so 1/S is inf against exponentials of 0,
+    and its outputs are NaN, jax's answer. The row's pair lives in these fragments, not
     in local variables: TileLang's pipeliner drops a loop body's local bindings from the
     last iteration it peels off.
     """
