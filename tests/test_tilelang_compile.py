@@ -268,7 +268,8 @@ def test_row_groups_come_in_through_shared_memory_asynchronously(
 def test_the_forwards_take_row_groups_where_they_gain() -> None:
     """Row groups go to the forwards' one-block resident tiles of MAX_THREADS threads, where the
     groups in flight that each kernel gains with fit in shared memory: docs/tilelang.md's table.
-    (Every cluster tile takes them too: test_long_aligned_rows_are_held_over_a_cluster_where_it_gains.)"""
+    Every cluster tile takes them too, as
+    test_long_aligned_rows_are_held_over_a_cluster_where_it_gains checks."""
     grouped = {(op, dtype, tile.cols) for op in ROW_OPS for dtype in DTYPES
                for tile in all_tiles(dtype, op) if tile.row_groups > 1 and tile.cluster == 1}
     assert grouped == {
