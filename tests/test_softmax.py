@@ -36,8 +36,8 @@ LONG_ROWS = (2, 1_000_003)
 # Rows many and long enough that the TileLang forwards' blocks of 1024 threads take 16 row
 # groups in turn (_rows.row_tile), the last block's groups past the last row (test_row_groups).
 ROW_GROUP_SHAPES = [(2053, 9000), (2050, 17_000)]
-# float32 rows the TileLang forwards hold over clusters of 2, 4 and 8 blocks taking 16 row groups
-# in turn (_rows.row_tile), the last cluster's past the last row, the last block's part short.
+# float32 rows the TileLang forwards hold over clusters of 2, 4 and 8 blocks taking 16-18 rows in
+# turn (_rows.row_tile), the last cluster's past the last row, the last block's part short.
 CLUSTER_GROUP_SHAPES = [(1030, 49_160), (514, 98_312), (260, 196_616)]
 
 
@@ -99,18 +99,19 @@ def test_rows_held_over_a_cluster(op, shape, backend):
     rows whose first parts are only -inf, a row of only -inf and a row with a NaN."""
     x = random_normal(shape, jnp.float32, scale=3.0).at[0, :-4].set(-jnp.inf)
     x = x.at[2, : shape[-1] // 2].set(-jnp.inf).at[3, 7].set(jnp.nan).at[5].set(-jnp.inf)
+    if backend == "tilelang":  # the cluster tile wherever the GPU has clusters
+        from jax_camp.tilelang_kernels.bridge import resident_clusters
+        held = "_cluster" in hlo_text(functools.partial(op.fn, backend=backend), x)
+        assert held == bool(resident_clusters())
     assert_special_values_match(op.fn(x, backend=backend), op.jax_fn(x), jnp.float32)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_rows_claimed_by_clusters(op, dtype, backend):
-    """Rows that the forward's clusters claim from a counter as they free up.
-
-    They claim where each resident cluster would take more than 16 rows
-    (row_plan.h, kMinRowsPerClaimingCluster); on the H200, 16 clusters
-    of 131_080 float32 values a row are resident, 30 of 16-bit ones. A row
-    that no cluster claimed, or that one took past the end, fails here.
-    """
+    """Rows that the forward's clusters claim from a counter as they free up, where each
+    resident cluster would take more than 16 rows (row_plan.h, kMinRowsPerClaimingCluster;
+    on the H200, 16 clusters of 131_080 float32 values a row are resident, 30 of 16-bit ones).
+    A row that no cluster claimed, or that one took past the end, fails here."""
     if backend not in (None, "cuda") or jax.default_backend() != "gpu":
         pytest.skip("a path of the CUDA forward")
     check_values(op.fn, op.reference, (640, 131_080), dtype, backend, scale=1.0)

@@ -16,6 +16,7 @@ hands the masked kernels JAX's bool mask without converting it.
 from __future__ import annotations
 
 import concurrent.futures
+import math
 import os
 import re
 import shutil
@@ -32,14 +33,14 @@ import tvm  # noqa: E402
 from tvm import tirx  # noqa: E402
 from tvm.target import Target  # noqa: E402
 
-from helpers import progress  # noqa: E402
+from helpers import H200_RESIDENT_CLUSTERS, progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
     CLUSTER_KERNELS, ITEMSIZE, MAX_THREADS, MIN_RESIDENT_COLS, ONE_VECTOR_KERNELS, ROW_GROUPS,
     SHARED_MEMORY_BYTES, RowTile, all_tiles, cluster_tile, long_row_tile, long_row_vectors,
     prefetch_stages, resident_limit, resident_tile, row_tile, short_unaligned_tile,
-    thread_and_slot, vector_elements,
+    thread_and_slot, vector_elements, wave_row_groups,
 )
 from jax_camp.tilelang_kernels.softmax import reads_again_for_pass_2  # noqa: E402
 
@@ -341,13 +342,15 @@ def test_long_aligned_rows_are_held_over_a_cluster_where_it_gains(dtype: str, op
     """On a GPU with clusters, softmax's and log_softmax's float32 long aligned rows of up to
     262144 columns are held over the fewest blocks, a power of two, of 32768 columns each,
     where the row fills 3/4 of the blocks' columns or more and there are rows enough for 128
-    blocks of 16 row groups; elsewhere, and without clusters, long rows are streamed."""
+    blocks of 16 row groups, each block taking the rows that make one wave of clusters;
+    elsewhere, and without clusters, long rows are streamed."""
     held = dtype in CLUSTER_KERNELS.get(op, ())
     assert held == (op in ("softmax", "log_softmax") and dtype == "float32")
     clustered = {tile for tile in all_tiles(dtype, op) if tile.cluster > 1}
     assert clustered == ({cluster_tile(dtype, blocks) for blocks in (2, 4, 8)} if held else set())
     assert all(tile.row_groups == ROW_GROUPS for tile in clustered)
     vec = vector_elements(dtype)
+    h200 = H200_RESIDENT_CLUSTERS
     for n, blocks in ((49_152, 2), (65_536, 2), (98_304, 4), (131_072, 4), (196_608, 8),
                       (262_144, 8)):
         if n <= resident_limit(op, dtype):
@@ -355,13 +358,32 @@ def test_long_aligned_rows_are_held_over_a_cluster_where_it_gains(dtype: str, op
         rows_to_fill = ROW_GROUPS * 128 // blocks
         streamed = long_row_tile(dtype, True, long_row_vectors(n, dtype, op))
         assert row_tile(n, dtype, op, 1 << 20) == streamed
-        expected = cluster_tile(dtype, blocks) if held else streamed
-        assert row_tile(n, dtype, op, rows_to_fill, clusters=True) == expected
-        assert row_tile(n, dtype, op, rows_to_fill - 1, clusters=True) == streamed
-        assert row_tile(n - 1, dtype, op, 1 << 20, clusters=True).cluster == 1  # unaligned
+        assert row_tile(n, dtype, op, 1 << 20, {blocks: 0}) == streamed  # none fit the GPU
+        for rows in (rows_to_fill, 4096):
+            groups = wave_row_groups(rows, h200[blocks])
+            expected = cluster_tile(dtype, blocks, groups) if held else streamed
+            assert row_tile(n, dtype, op, rows, h200) == expected
+        assert row_tile(n, dtype, op, rows_to_fill - 1, h200) == streamed
+        assert row_tile(n - 1, dtype, op, 1 << 20, h200).cluster == 1  # unaligned
         if n == 3 * blocks * 32_768 // 4:  # the parts short of 3/4 full
-            assert row_tile(n - vec, dtype, op, 1 << 20, clusters=True).cluster == 1
-    assert row_tile(262_144 + vec, dtype, op, 1 << 20, clusters=True).cluster == 1
+            assert row_tile(n - vec, dtype, op, 1 << 20, h200).cluster == 1
+    assert row_tile(262_144 + vec, dtype, op, 1 << 20, h200).cluster == 1
+
+
+def test_a_cluster_tile_takes_the_rows_of_one_wave() -> None:
+    """A cluster tile's blocks take the rows that make the grid one wave of the GPU's resident
+    clusters, rounded up to 6 significant bits: never a second wave, at most 1/32 more rows a
+    cluster than an even share, and one compile for row counts a few percent apart."""
+    for resident in (15, 30, 66, 1):
+        for rows in range(1, 200_000, 7):
+            groups = wave_row_groups(rows, resident)
+            even = math.ceil(rows / resident)
+            assert math.ceil(rows / groups) <= resident
+            assert even <= groups <= even * (1 + 1 / 32), (rows, resident, groups)
+    for first in (1024, 4096, 65536):  # a doubling of the row count: about 32 compiles
+        assert len({wave_row_groups(rows, 15) for rows in range(first, 2 * first)}) <= 33
+    assert [wave_row_groups(rows, resident) for rows, resident in
+            ((1024, 15), (2048, 30), (4096, 66), (256, 15), (8192, 66))] == [70, 70, 63, 18, 126]
 
 
 @pytest.mark.parametrize("op", ROW_OPS)
@@ -430,6 +452,7 @@ def test_the_bridge_hands_a_mask_over_unconverted(monkeypatch, op: str) -> None:
         # No GPU: the kernel the bridge registers (and keeps for the process) is for sm_90.
         # On a GPU it is the one that GPU's later tests run, compiled for it.
         monkeypatch.setattr(bridge, "compile_target", lambda: SM90)
+        monkeypatch.setattr(bridge, "resident_clusters", lambda: None)
     x = jnp.ones((4, 64), jnp.float32)
     call = jax.jit(lambda v, mask: bridge.kernel_call(bridge.OPS[op].spec, v, mask))
     text = call.lower(x, x > 0).as_text()

@@ -19,8 +19,9 @@ is one compile, which serves every N it is picked for:
 - **Held over a cluster**, long aligned rows in the kernels that gain (CLUSTER_KERNELS), on a
   GPU with thread-block clusters: the fewest blocks (``cluster_blocks``) of a resident tile of
   CLUSTER_PART_COLS columns each hold a part of the row, read once, and pool their parts'
-  (max, sum) through distributed shared memory; each block takes ROW_GROUPS rows in turn, as
-  resident tiles do. Only where the rows fill the row groups and the parts are mostly full.
+  (max, sum) through distributed shared memory; each block takes its rows in turn, as
+  resident tiles do, as many as make the grid one wave of the clusters the GPU keeps resident
+  (``wave_row_groups``). Only where the rows fill the row groups and the parts are mostly full.
 - **Short unaligned** rows: 4 rows a block of 128 threads, a warp a row, walked in tiles of a
   warp's 32 lanes x 2 vectors, with element-wise loads.
 
@@ -45,7 +46,7 @@ the call, so the promise is never broken.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Mapping, NamedTuple
 
 from jax_camp import registration
 
@@ -92,13 +93,17 @@ SHARED_MEMORY_BYTES = 192 * 1024
 ROW_GROUP_KERNELS = {"softmax": 1, "log_softmax": 2, "softmax_masked": 2, "log_softmax_masked": 2}
 # Long aligned rows held over a thread-block cluster: up to MAX_CLUSTER blocks, each holding
 # CLUSTER_PART_COLS columns as a resident tile of MAX_THREADS threads, so the row is read once.
-# Its blocks take ROW_GROUPS rows in turn, the next row's part loading while the cluster pools
+# Its blocks take their rows in turn, the next row's part loading while the cluster pools
 # the current one's (max, sum); without row groups (too few rows to fill ROW_GROUPS_MIN_BLOCKS
-# blocks), or with parts less than CLUSTER_MIN_FILL full on average, a cluster is slower than
-# a block streaming its row. The kernels, and their dtypes, that gain.
+# blocks of ROW_GROUPS), or with parts less than CLUSTER_MIN_FILL full on average, a cluster is
+# slower than a block streaming its row. A cluster's rows make its grid one wave of resident
+# clusters, rounded up to WAVE_GROUPS_BITS significant bits so that one compile serves row
+# counts a few percent apart. The kernels, and their dtypes, that gain.
 CLUSTER_PART_COLS = 32768
-MAX_CLUSTER = 8
+CLUSTER_SIZES = (2, 4, 8)
+MAX_CLUSTER = CLUSTER_SIZES[-1]
 CLUSTER_MIN_FILL = 0.75
+WAVE_GROUPS_BITS = 6
 CLUSTER_KERNELS = {"softmax": ("float32",), "log_softmax": ("float32",)}
 
 
@@ -220,32 +225,45 @@ def cluster_blocks(n: int) -> int:
     return 1 << (math.ceil(n / CLUSTER_PART_COLS) - 1).bit_length()
 
 
-def held_over_cluster(n: int, dtype: str, op: str, row_count: int) -> bool:
+def held_over_cluster(n: int, dtype: str, op: str, row_count: int, resident: int) -> bool:
     """Whether ``op``'s kernel holds ``row_count`` rows of ``n`` elements of ``dtype`` over a
-    cluster, on a GPU that has clusters: long aligned rows of at most MAX_CLUSTER parts, at
-    least CLUSTER_MIN_FILL of the parts' columns used, rows enough to fill the row groups,
-    where CLUSTER_KERNELS says so."""
+    cluster, on a GPU that keeps ``resident`` such clusters at once: long aligned rows of at
+    most MAX_CLUSTER parts, at least CLUSTER_MIN_FILL of the parts' columns used, rows enough
+    to fill the row groups, where CLUSTER_KERNELS says so."""
     if not (dtype in CLUSTER_KERNELS.get(op, ()) and is_aligned(n, dtype)
             and resident_limit(op, dtype) < n <= MAX_CLUSTER * CLUSTER_PART_COLS):
         return False
     blocks = cluster_blocks(n)
-    return (n >= CLUSTER_MIN_FILL * blocks * CLUSTER_PART_COLS
+    return (resident > 0 and n >= CLUSTER_MIN_FILL * blocks * CLUSTER_PART_COLS
             and row_count * blocks >= ROW_GROUPS * ROW_GROUPS_MIN_BLOCKS)
 
 
-def cluster_tile(dtype: str, blocks: int) -> RowTile:
-    """A row held over ``blocks`` blocks of CLUSTER_PART_COLS columns, ROW_GROUPS rows a
+def wave_row_groups(row_count: int, resident: int) -> int:
+    """The rows each cluster takes in turn so that ``row_count`` rows make one wave of the
+    ``resident`` clusters a GPU holds at once: ceil(row_count / resident), rounded up to
+    WAVE_GROUPS_BITS significant bits. A cluster's time follows the most rows any cluster
+    takes, so a second, partial wave would cost as much as a full one."""
+    groups = -(-row_count // resident)
+    step = 1 << max(0, groups.bit_length() - WAVE_GROUPS_BITS)
+    return -(-groups // step) * step
+
+
+def cluster_tile(dtype: str, blocks: int, row_groups: int = ROW_GROUPS) -> RowTile:
+    """A row held over ``blocks`` blocks of CLUSTER_PART_COLS columns, ``row_groups`` rows a
     block in turn."""
-    return resident_tile(CLUSTER_PART_COLS, dtype)._replace(cluster=blocks, row_groups=ROW_GROUPS)
+    return resident_tile(CLUSTER_PART_COLS, dtype)._replace(cluster=blocks, row_groups=row_groups)
 
 
-def row_tile(n: int, dtype: str, op: str, row_count: int = 1, clusters: bool = False) -> RowTile:
+def row_tile(n: int, dtype: str, op: str, row_count: int = 1,
+             clusters: Mapping[int, int] | None = None) -> RowTile:
     """The tile of ``op``'s kernel for ``row_count`` rows of ``n`` elements of ``dtype``:
     resident where it can be, taking row groups where it gains and the rows fill the blocks;
-    held over a cluster where it gains and the GPU has ``clusters``."""
+    held over a cluster where it gains, on a GPU with clusters: ``clusters`` maps a cluster
+    size to how many such clusters the GPU keeps resident (None: a GPU without clusters)."""
     aligned = is_aligned(n, dtype)
-    if clusters and held_over_cluster(n, dtype, op, row_count):
-        return cluster_tile(dtype, cluster_blocks(n))
+    resident = (clusters or {}).get(cluster_blocks(n), 0)
+    if held_over_cluster(n, dtype, op, row_count, resident):
+        return cluster_tile(dtype, cluster_blocks(n), wave_row_groups(row_count, resident))
     if n > resident_limit(op, dtype):
         return long_row_tile(dtype, aligned, long_row_vectors(n, dtype, op))
     if not aligned:
@@ -264,7 +282,8 @@ def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
     grouped = [with_row_groups(tile, dtype, op) for tile in resident]
     vectors = (2, 1) if takes_one_vector(op, dtype) else (2,)
     long = [long_row_tile(dtype, aligned, v) for v in vectors for aligned in (False, True)]
-    held = [cluster_tile(dtype, 2 ** k) for k in range(1, MAX_CLUSTER.bit_length())
+    # A cluster tile comes in every row-group count; ROW_GROUPS stands for them all.
+    held = [cluster_tile(dtype, blocks) for blocks in CLUSTER_SIZES
             if dtype in CLUSTER_KERNELS.get(op, ())]
     return (short_unaligned_tile(dtype), *long, *resident,
             *(tile for tile in grouped if tile is not None), *held)

@@ -24,6 +24,7 @@ so one kernel still serves every batch size.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import math
 import threading
@@ -45,7 +46,9 @@ from tvm import tirx
 
 from jax_camp import registration
 from jax_camp.ops._spec import MASK_DTYPE, SUPPORTED_DTYPE_NAMES, SUPPORTED_DTYPES, OpSpec
-from jax_camp.tilelang_kernels._rows import RowTile, row_tile
+from jax_camp.tilelang_kernels import _occupancy
+from jax_camp.tilelang_kernels._rows import (CLUSTER_SIZES, MAX_THREADS, SHARED_MEMORY_BYTES,
+                                             RowTile, row_tile)
 
 class TileLangKernel(NamedTuple):
     """What the bridge needs to compile and call one op's TileLang kernel. It sees its
@@ -98,9 +101,16 @@ def compile_target() -> dict[str, str] | None:
     return {"kind": "cuda", "arch": "sm_" + capability.replace(".", "")}
 
 
-def has_clusters(target: dict[str, str] | None) -> bool:
-    """Whether ``target`` launches thread-block clusters: sm_90 and later."""
-    return target is not None and int(target["arch"].removeprefix("sm_").rstrip("a")) >= 90
+@functools.cache
+def resident_clusters() -> dict[int, int] | None:
+    """How many clusters of each size in ``_rows.CLUSTER_SIZES`` JAX's first GPU keeps
+    resident, a cluster tile's block alone on each SM; None where there are no clusters (no
+    GPU, or one before sm_90). Asked of the driver once a process."""
+    target = compile_target()
+    if target is None or int(target["arch"].removeprefix("sm_").rstrip("a")) < 90:
+        return None
+    device = jax.devices("gpu")[0].local_hardware_id
+    return _occupancy.resident_clusters(device, CLUSTER_SIZES, MAX_THREADS, SHARED_MEMORY_BYTES)
 
 
 def build_program(op: str, dtype: str, tile: RowTile | None) -> tirx.PrimFunc:
@@ -148,8 +158,7 @@ def _run(kernel: TileLangKernel, *operands: jax.Array) -> jax.Array:
     shape, dtype = x.shape, jnp.dtype(x.dtype).name
     if spec.along_rows:
         kernel_shape = (math.prod(shape[:-1]), shape[-1])
-        tile = row_tile(shape[-1], dtype, spec.name, kernel_shape[0],
-                        has_clusters(compile_target()))
+        tile = row_tile(shape[-1], dtype, spec.name, kernel_shape[0], resident_clusters())
     else:
         kernel_shape = (math.prod(shape),)
         tile = None

@@ -29,8 +29,10 @@ split into parts of 32768 columns, one a block of a cluster, each held as a
 resident tile: its own max m and sum s, exchanged with the cluster's other
 blocks through distributed shared memory (``share_over_cluster``), give every
 block the row's M and S, and its exponentials are rescaled by exp(m - M). x is
-read once. With rows enough, the cluster's blocks take 16 rows in turn, each
-block's part of the next row loading while the cluster pools this one's.
+read once. With rows enough, the cluster's blocks take their rows in turn, each
+block's part of the next row loading while the cluster pools this one's: as
+many rows as make the grid one wave of the clusters the GPU holds at once,
+since a cluster that starts only when another ends leaves SMs idle.
 
 Streamed rows (longer, or short and unaligned), online softmax. Pass 1 reads
 the row tile by tile and keeps a rolling log-sum-exp as two numbers: ``m``,
@@ -146,7 +148,6 @@ def share_over_cluster(row_max, row_sum, rescale, mine, parts, slot, blocks, ran
     in local variables: TileLang's pipeliner drops a loop body's local bindings from the
     last iteration it peels off.
     """
-    neg_inf = -T.infinity(ACCUM)
     mine[slot, 0] = row_max[0]  # every thread stores the same pair
     mine[slot, 1] = row_sum[0]
     T.sync_threads()
@@ -156,17 +157,14 @@ def share_over_cluster(row_max, row_sum, rescale, mine, parts, slot, blocks, ran
     T.cluster_sync()
     for i in T.Parallel(1):
         rescale[i] = row_max[i]
-        row_max[i] = neg_inf
+        row_max[i] = -T.infinity(ACCUM)
         row_sum[i] = 0.0
     for b in T.serial(blocks):
         for i in T.Parallel(1):
             row_max[i] = T.max(row_max[i], parts[slot, b, 0])
     for b in T.serial(blocks):
         for i in T.Parallel(1):
-            row_sum[i] += T.if_then_else(
-                parts[slot, b, 0] == neg_inf, 0.0,
-                parts[slot, b, 1] * exp(parts[slot, b, 0] - row_max[i]),
-            )
+            row_sum[i] += parts[slot, b, 1] * exp(parts[slot, b, 0] - row_max[i])
     for i in T.Parallel(1):
         rescale[i] = exp(rescale[i] - row_max[i])
 
