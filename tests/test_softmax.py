@@ -36,9 +36,9 @@ LONG_ROWS = (2, 1_000_003)
 # Rows many and long enough that the TileLang forwards' blocks of 1024 threads take 16 row
 # groups in turn (_rows.row_tile), the last block's groups past the last row (test_row_groups).
 ROW_GROUP_SHAPES = [(2053, 9000), (2050, 17_000)]
-# float32 rows the TileLang forwards hold over clusters of 2, 4 and 8 blocks taking 16-18 rows in
-# turn (_rows.row_tile), the last cluster's past the last row, the last block's part short.
-CLUSTER_GROUP_SHAPES = [(1030, 49_160), (514, 98_312), (260, 196_616)]
+# Rows the TileLang forwards hold over clusters of 2, 4 and 8 blocks taking 16-18 rows in turn,
+# the last cluster's past the last row, the last block's part short; or one ((2, 200_000) too).
+CLUSTER_GROUP_SHAPES = [(1030, 49_160), (514, 98_312), (260, 196_616), (6, 49_160), (6, 98_312)]
 
 
 @pytest.mark.parametrize("kernel", ["softmax", "softmax_masked", "softmax_backward"])
@@ -93,17 +93,18 @@ def test_row_groups(op, shape, dtype, where, backend):
     check_values(op.fn, op.reference, shape, dtype, backend, where=where)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", on_this_machine(CLUSTER_GROUP_SHAPES))
-def test_rows_held_over_a_cluster(op, shape, backend):
-    """float32 rows held over a cluster, its blocks taking rows in turn, as jax.nn's, among them
-    rows whose first parts are only -inf, a row of only -inf and a row with a NaN."""
-    x = random_normal(shape, jnp.float32, scale=3.0).at[0, :-4].set(-jnp.inf)
+def test_rows_held_over_a_cluster(op, shape, dtype, backend):
+    """Rows held over a cluster, its blocks taking rows in turn, as jax.nn's, among them rows
+    whose first parts are only -inf, a row of only -inf and a row with a NaN."""
+    x = random_normal(shape, dtype, scale=3.0).at[0, :-4].set(-jnp.inf)
     x = x.at[2, : shape[-1] // 2].set(-jnp.inf).at[3, 7].set(jnp.nan).at[5].set(-jnp.inf)
     if backend == "tilelang":  # the cluster tile wherever the GPU has clusters
         from jax_camp.tilelang_kernels.bridge import resident_clusters
         held = "_cluster" in hlo_text(functools.partial(op.fn, backend=backend), x)
         assert held == bool(resident_clusters())
-    assert_special_values_match(op.fn(x, backend=backend), op.jax_fn(x), jnp.float32)
+    assert_special_values_match(op.fn(x, backend=backend), op.jax_fn(x), dtype)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
@@ -155,8 +156,7 @@ def test_special_values_match_jax(op, copies, dtype, backend):
     Rows of 4 take one value at a time; 4 copies side by side make rows of 16,
     which take 16-byte packs (and 16-bit types their packed max) on the GPU;
     10000 make long rows, streamed. The first row keeps only its last 4 entries
-    finite, so that a long row's first tiles are only -inf.
-    """
+    finite, so that a long row's first tiles are only -inf."""
     x = jnp.array(
         [
             [0.0, -jnp.inf, 1.0, 2.0],

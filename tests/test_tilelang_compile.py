@@ -339,31 +339,28 @@ def test_rows_that_fit_are_resident(dtype: str, op: str) -> None:
 @pytest.mark.parametrize("op", ROW_OPS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_long_aligned_rows_are_held_over_a_cluster_where_it_gains(dtype: str, op: str) -> None:
-    """On a GPU with clusters, softmax's and log_softmax's float32 long aligned rows of up to
-    262144 columns are held over the fewest blocks, a power of two, of 32768 columns each,
-    where the row fills 3/4 of the blocks' columns or more and there are rows enough for 128
-    blocks of 16 row groups, each block taking the rows that make one wave of clusters;
-    elsewhere, and without clusters, long rows are streamed."""
-    held = dtype in CLUSTER_KERNELS.get(op, ())
-    assert held == (op in ("softmax", "log_softmax") and dtype == "float32")
+    """On a GPU with clusters, softmax's and log_softmax's long aligned rows of up to 262144
+    columns are held over the fewest blocks, a power of two, of 32768 columns each, where the
+    row fills 3/4 of the blocks' columns or more, each block taking the rows that make one wave
+    of clusters, however few; elsewhere, and without clusters, long rows are streamed."""
+    held = op in CLUSTER_KERNELS
+    assert held == (op in ("softmax", "log_softmax"))
     clustered = {tile for tile in all_tiles(dtype, op) if tile.cluster > 1}
-    assert clustered == ({cluster_tile(dtype, blocks) for blocks in (2, 4, 8)} if held else set())
-    assert all(tile.row_groups == ROW_GROUPS for tile in clustered)
+    assert clustered == ({cluster_tile(dtype, blocks, groups) for blocks in (2, 4, 8)
+                          for groups in (1, ROW_GROUPS)} if held else set())
     vec = vector_elements(dtype)
     h200 = H200_RESIDENT_CLUSTERS
     for n, blocks in ((49_152, 2), (65_536, 2), (98_304, 4), (131_072, 4), (196_608, 8),
                       (262_144, 8)):
         if n <= resident_limit(op, dtype):
             continue
-        rows_to_fill = ROW_GROUPS * 128 // blocks
         streamed = long_row_tile(dtype, True, long_row_vectors(n, dtype, op))
         assert row_tile(n, dtype, op, 1 << 20) == streamed
         assert row_tile(n, dtype, op, 1 << 20, {blocks: 0}) == streamed  # none fit the GPU
-        for rows in (rows_to_fill, 4096):
+        for rows in (1, h200[blocks], h200[blocks] + 1, 4096):
             groups = wave_row_groups(rows, h200[blocks])
             expected = cluster_tile(dtype, blocks, groups) if held else streamed
             assert row_tile(n, dtype, op, rows, h200) == expected
-        assert row_tile(n, dtype, op, rows_to_fill - 1, h200) == streamed
         assert row_tile(n - 1, dtype, op, 1 << 20, h200).cluster == 1  # unaligned
         if n == 3 * blocks * 32_768 // 4:  # the parts short of 3/4 full
             assert row_tile(n - vec, dtype, op, 1 << 20, h200).cluster == 1

@@ -21,7 +21,7 @@ is one compile, which serves every N it is picked for:
   CLUSTER_PART_COLS columns each hold a part of the row, read once, and pool their parts'
   (max, sum) through distributed shared memory; each block takes its rows in turn, as
   resident tiles do, as many as make the grid one wave of the clusters the GPU keeps resident
-  (``wave_row_groups``). Only where the rows fill the row groups and the parts are mostly full.
+  (``wave_row_groups``). Only where the parts are mostly full.
 - **Short unaligned** rows: 4 rows a block of 128 threads, a warp a row, walked in tiles of a
   warp's 32 lanes x 2 vectors, with element-wise loads.
 
@@ -94,17 +94,17 @@ ROW_GROUP_KERNELS = {"softmax": 1, "log_softmax": 2, "softmax_masked": 2, "log_s
 # Long aligned rows held over a thread-block cluster: up to MAX_CLUSTER blocks, each holding
 # CLUSTER_PART_COLS columns as a resident tile of MAX_THREADS threads, so the row is read once.
 # Its blocks take their rows in turn, the next row's part loading while the cluster pools
-# the current one's (max, sum); without row groups (too few rows to fill ROW_GROUPS_MIN_BLOCKS
-# blocks of ROW_GROUPS), or with parts less than CLUSTER_MIN_FILL full on average, a cluster is
-# slower than a block streaming its row. A cluster's rows make its grid one wave of resident
-# clusters, rounded up to WAVE_GROUPS_BITS significant bits so that one compile serves row
-# counts a few percent apart. The kernels, and their dtypes, that gain.
+# the current one's (max, sum), as many rows as make its grid one wave of resident clusters,
+# rounded up to WAVE_GROUPS_BITS significant bits so that one compile serves row counts a few
+# percent apart; a grid of more clusters would run a last, partial wave. With parts less than
+# CLUSTER_MIN_FILL full on average, a cluster is slower than a block streaming its row. The
+# kernels that gain, in every dtype.
 CLUSTER_PART_COLS = 32768
 CLUSTER_SIZES = (2, 4, 8)
 MAX_CLUSTER = CLUSTER_SIZES[-1]
 CLUSTER_MIN_FILL = 0.75
 WAVE_GROUPS_BITS = 6
-CLUSTER_KERNELS = {"softmax": ("float32",), "log_softmax": ("float32",)}
+CLUSTER_KERNELS = ("softmax", "log_softmax")
 
 
 def vector_elements(dtype: str) -> int:
@@ -225,17 +225,14 @@ def cluster_blocks(n: int) -> int:
     return 1 << (math.ceil(n / CLUSTER_PART_COLS) - 1).bit_length()
 
 
-def held_over_cluster(n: int, dtype: str, op: str, row_count: int, resident: int) -> bool:
-    """Whether ``op``'s kernel holds ``row_count`` rows of ``n`` elements of ``dtype`` over a
-    cluster, on a GPU that keeps ``resident`` such clusters at once: long aligned rows of at
-    most MAX_CLUSTER parts, at least CLUSTER_MIN_FILL of the parts' columns used, rows enough
-    to fill the row groups, where CLUSTER_KERNELS says so."""
-    if not (dtype in CLUSTER_KERNELS.get(op, ()) and is_aligned(n, dtype)
+def held_over_cluster(n: int, dtype: str, op: str, resident: int) -> bool:
+    """Whether ``op``'s kernel holds rows of ``n`` elements of ``dtype`` over a cluster, on a
+    GPU that keeps ``resident`` such clusters at once: long aligned rows of at most MAX_CLUSTER
+    parts, at least CLUSTER_MIN_FILL of the parts' columns used, in CLUSTER_KERNELS."""
+    if not (op in CLUSTER_KERNELS and is_aligned(n, dtype)
             and resident_limit(op, dtype) < n <= MAX_CLUSTER * CLUSTER_PART_COLS):
         return False
-    blocks = cluster_blocks(n)
-    return (resident > 0 and n >= CLUSTER_MIN_FILL * blocks * CLUSTER_PART_COLS
-            and row_count * blocks >= ROW_GROUPS * ROW_GROUPS_MIN_BLOCKS)
+    return resident > 0 and n >= CLUSTER_MIN_FILL * cluster_blocks(n) * CLUSTER_PART_COLS
 
 
 def wave_row_groups(row_count: int, resident: int) -> int:
@@ -262,7 +259,7 @@ def row_tile(n: int, dtype: str, op: str, row_count: int = 1,
     size to how many such clusters the GPU keeps resident (None: a GPU without clusters)."""
     aligned = is_aligned(n, dtype)
     resident = (clusters or {}).get(cluster_blocks(n), 0)
-    if held_over_cluster(n, dtype, op, row_count, resident):
+    if held_over_cluster(n, dtype, op, resident):
         return cluster_tile(dtype, cluster_blocks(n), wave_row_groups(row_count, resident))
     if n > resident_limit(op, dtype):
         return long_row_tile(dtype, aligned, long_row_vectors(n, dtype, op))
@@ -282,9 +279,10 @@ def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
     grouped = [with_row_groups(tile, dtype, op) for tile in resident]
     vectors = (2, 1) if takes_one_vector(op, dtype) else (2,)
     long = [long_row_tile(dtype, aligned, v) for v in vectors for aligned in (False, True)]
-    # A cluster tile comes in every row-group count; ROW_GROUPS stands for them all.
-    held = [cluster_tile(dtype, blocks) for blocks in CLUSTER_SIZES
-            if dtype in CLUSTER_KERNELS.get(op, ())]
+    # A cluster tile comes in every row-group count: one group, a program without a pipeline,
+    # and ROW_GROUPS, which stands for every count of more.
+    held = [cluster_tile(dtype, blocks, groups) for blocks in CLUSTER_SIZES
+            for groups in (1, ROW_GROUPS) if op in CLUSTER_KERNELS]
     return (short_unaligned_tile(dtype), *long, *resident,
             *(tile for tile in grouped if tile is not None), *held)
 

@@ -3,7 +3,7 @@
 Forward. For a row with maximum m and s = sum(exp(x - m)), log_softmax is
 y = (x - m) - log(s). The kernel is softmax's (``row_softmax_program`` in
 softmax.py), with the same tile for each row length: a resident row is read once
-into registers, for m and then s (a long float32 row over a cluster's blocks, as
+into registers, for m and then s (a long aligned row over a cluster's blocks, as
 softmax.py describes); a streamed one is read tile by tile, keeping a
 rolling (m, s) pair per element, merged once per row. Either way pass 1 ends
 with m, log(s) and 1/s, and only pass 2 differs: softmax writes

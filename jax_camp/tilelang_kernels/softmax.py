@@ -23,16 +23,16 @@ issues the next row's (the next two, where two fit) before the block works on
 the current one, so the loads of one row overlap the reductions of the last.
 ``_rows.row_tile`` says which kernels gain, and from how many rows.
 
-Rows held over a cluster (softmax's and log_softmax's float32 rows of up to
+Rows held over a cluster (softmax's and log_softmax's aligned rows of up to
 262144, on GPUs with thread-block clusters). A row too long for one block is
 split into parts of 32768 columns, one a block of a cluster, each held as a
 resident tile: its own max m and sum s, exchanged with the cluster's other
 blocks through distributed shared memory (``share_over_cluster``), give every
 block the row's M and S, and its exponentials are rescaled by exp(m - M). x is
-read once. With rows enough, the cluster's blocks take their rows in turn, each
-block's part of the next row loading while the cluster pools this one's: as
-many rows as make the grid one wave of the clusters the GPU holds at once,
-since a cluster that starts only when another ends leaves SMs idle.
+read once. The cluster's blocks take their rows in turn, each block's part of
+the next row loading while the cluster pools this one's: as many rows as make
+the grid one wave of the clusters the GPU holds at once, since a cluster that
+starts only when another ends leaves SMs idle.
 
 Streamed rows (longer, or short and unaligned), online softmax. Pass 1 reads
 the row tile by tile and keeps a rolling log-sum-exp as two numbers: ``m``,
