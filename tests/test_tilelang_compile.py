@@ -380,7 +380,8 @@ def test_a_cluster_tile_takes_the_rows_of_one_wave() -> None:
     for first in (1024, 4096, 65536):  # a doubling of the row count: about 32 compiles
         assert len({wave_row_groups(rows, 15) for rows in range(first, 2 * first)}) <= 33
     assert [wave_row_groups(rows, resident) for rows, resident in
-            ((1024, 15), (2048, 30), (4096, 66), (256, 15), (8192, 66))] == [70, 70, 63, 18, 126]
+            ((1024, 15), (2048, 30), (4096, 66), (256, 15), (8192, 66), (0, 15))] == [
+                70, 70, 63, 18, 126, 1]
 
 
 @pytest.mark.parametrize("op", ROW_OPS)

@@ -239,8 +239,8 @@ def wave_row_groups(row_count: int, resident: int) -> int:
     """The rows each cluster takes in turn so that ``row_count`` rows make one wave of the
     ``resident`` clusters a GPU holds at once: ceil(row_count / resident), rounded up to
     WAVE_GROUPS_BITS significant bits. A cluster's time follows the most rows any cluster
-    takes, so a second, partial wave would cost as much as a full one."""
-    groups = -(-row_count // resident)
+    takes, so a second, partial wave would cost as much as a full one. At least one."""
+    groups = max(1, -(-row_count // resident))
     step = 1 << max(0, groups.bit_length() - WAVE_GROUPS_BITS)
     return -(-groups // step) * step
 
