@@ -384,6 +384,20 @@ def test_a_cluster_tile_takes_the_rows_of_one_wave() -> None:
                 70, 70, 63, 18, 126, 1]
 
 
+def test_the_driver_counts_the_clusters_a_gpu_keeps_resident() -> None:
+    """bridge.resident_clusters, which sizes the cluster tiles' row groups: on a GPU with
+    thread-block clusters, some of each size, fewer of a larger size and on no more SMs
+    together; None without one (no GPU here, or one before sm_90)."""
+    counts = bridge.resident_clusters()
+    target = bridge.compile_target()
+    if target is None or int(target["arch"].removeprefix("sm_").rstrip("a")) < 90:
+        assert counts is None
+        return
+    assert sorted(counts) == [2, 4, 8], counts
+    assert counts[2] >= counts[4] >= counts[8] > 0, counts
+    assert 2 * counts[2] >= 4 * counts[4] >= 8 * counts[8], counts
+
+
 @pytest.mark.parametrize("op", ROW_OPS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_long_16_bit_rows_take_one_vector_unless_l2_keeps_them(dtype: str, op: str) -> None:
