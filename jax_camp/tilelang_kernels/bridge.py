@@ -19,7 +19,8 @@ operand (a where= mask too) to the rank its kernel expects (flat for copy and
 vector_add, (rows, cols) for the rest; a free bitcast in XLA) and reshapes the
 result back. Batching never reaches the bridge: ``jax_camp.sharding`` handles vmap
 for every backend by moving the batch dim in front, where it is more rows,
-so one kernel still serves every batch size.
+so one kernel still serves every batch size, but for a row held over a cluster,
+whose rows a cluster takes follow the row count (``_rows.wave_row_groups``).
 """
 
 from __future__ import annotations
