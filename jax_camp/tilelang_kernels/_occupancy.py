@@ -1,9 +1,9 @@
 """How many thread-block clusters a GPU keeps resident at once, asked of the CUDA driver.
 
 A row held over a cluster runs fastest when the grid is one wave of the clusters that fit the
-GPU at once (``_rows.wave_row_groups``), and that count is the GPU's: the H200 keeps 66
-clusters of 2 blocks, 30 of 4 and 15 of 8 that each have their SM to themselves, 120 of its 132
-SMs for the larger clusters, which must sit within one GPC. The driver answers for a kernel
+GPU at once (``_rows.wave_row_groups``), and that count is the GPU's, not its SMs over the
+cluster's blocks: a cluster must sit within one GPC, so the larger ones leave some SMs idle
+(docs/tilelang.md gives the H200's counts). The driver answers for a kernel
 and a launch shape (``cuOccupancyMaxActiveClusters``), so this asks it of an empty kernel with
 the cluster tile's block: MAX_THREADS threads and enough dynamic shared memory that one block
 fills an SM, as a cluster tile's block does. ctypes on ``libcuda`` keeps the query free of any
