@@ -258,9 +258,10 @@ def row_tile(n: int, dtype: str, op: str, row_count: int = 1,
     held over a cluster where it gains, on a GPU with clusters: ``clusters`` maps a cluster
     size to how many such clusters the GPU keeps resident (None: a GPU without clusters)."""
     aligned = is_aligned(n, dtype)
-    resident = (clusters or {}).get(cluster_blocks(n), 0)
+    blocks = cluster_blocks(n)
+    resident = (clusters or {}).get(blocks, 0)
     if held_over_cluster(n, dtype, op, resident):
-        return cluster_tile(dtype, cluster_blocks(n), wave_row_groups(row_count, resident))
+        return cluster_tile(dtype, blocks, wave_row_groups(row_count, resident))
     if n > resident_limit(op, dtype):
         return long_row_tile(dtype, aligned, long_row_vectors(n, dtype, op))
     if not aligned:
