@@ -104,7 +104,7 @@ CLUSTER_SIZES = (2, 4, 8)
 MAX_CLUSTER = CLUSTER_SIZES[-1]
 CLUSTER_MIN_FILL = 0.75
 WAVE_GROUPS_BITS = 6
-CLUSTER_KERNELS = ("softmax", "log_softmax")
+CLUSTER_KERNELS = ("softmax", "log_softmax", "softmax_backward")
 
 
 def vector_elements(dtype: str) -> int:
