@@ -204,10 +204,12 @@ def resident_widths(op: str, dtype: str) -> tuple[int, ...]:
 
 
 def prefetch_stages(tile: RowTile, dtype: str, op: str) -> int:
-    """The row groups ``op``'s kernel keeps in flight by ``tile``: two where two groups of what
-    it stages (x, and a mask) fit SHARED_MEMORY_BYTES, else one."""
-    staged_bytes = ITEMSIZE[dtype] + int(registration.SPECS[op].mask_operand)  # a mask's byte
-    return 2 if 2 * tile.rows * tile.cols * staged_bytes <= SHARED_MEMORY_BYTES else 1
+    """The row groups ``op``'s kernel keeps in flight by ``tile``: as many groups of what it
+    stages (its operands, a mask a byte an element) as fit SHARED_MEMORY_BYTES, two at most;
+    0 where not one does."""
+    spec = registration.SPECS[op]
+    staged_bytes = ITEMSIZE[dtype] * (spec.arity - spec.mask_operand) + spec.mask_operand
+    return min(2, SHARED_MEMORY_BYTES // (tile.rows * tile.cols * staged_bytes))
 
 
 def with_row_groups(tile: RowTile, dtype: str, op: str) -> RowTile | None:

@@ -89,7 +89,8 @@ Backward: dx = y * (g - sum(g * y)) along the row, from the forward's output
 y and the incoming cotangent g. Pass 1 accumulates g * y element-wise into a
 float32 fragment and reduces it once per row; pass 2 writes dx, from the
 registers pass 1 loaded for a resident row, reading y and g again for a
-streamed one.
+streamed one. A long row held over a cluster adds its parts' sums, and its
+blocks take their rows in turn as the forward's do.
 
 Both tile programs are written once, as builders that take the formulas of
 single elements: ``row_softmax_program`` takes what pass 2 writes (and what
@@ -110,8 +111,7 @@ from tvm import tirx
 
 from jax_camp.tilelang_kernels._cluster import gather_over_cluster, start_cluster, sum_over_cluster
 from jax_camp.tilelang_kernels._rows import (
-    ACCUM, ITEMSIZE, SHARED_MEMORY_BYTES, RowTile, column_tiles, prefetch_stages, row_layout,
-    row_tiles, vector_elements,
+    ACCUM, RowTile, column_tiles, prefetch_stages, row_layout, row_tiles, vector_elements,
 )
 
 
@@ -399,14 +399,14 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
     0 in both operands, so a term must be 0 where y and g both are: then they
     add nothing to the sum and need no mask. A row held over a cluster adds its
     blocks' sums (``sum_over_cluster``); its blocks take ``tile.row_groups`` rows
-    in turn, staging the next row's y and g in shared memory where both fit.
+    in turn, staging the next row's y and g in shared memory where they fit.
     """
     rows, cols = tile.rows, tile.cols
     groups, blocks = tile.row_groups, tile.cluster
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     layout = row_layout(tile, dtype)
-    staged = groups > 1 and 2 * rows * cols * ITEMSIZE[dtype] <= SHARED_MEMORY_BYTES
+    stages = prefetch_stages(tile, dtype, name) if groups > 1 else 0
 
     # One group of ``rows`` rows from row0 on: the row sum, then the outputs. A block of a
     # cluster takes part ``rank`` of the row (its column tile ``rank``) and pools its sum in
@@ -462,11 +462,11 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
                 start_cluster(parts)
             # Where staged, each group's y and g are copied into shared memory (cp.async)
             # while the block works on the group before.
-            y_shared = T.alloc_shared((rows, cols), dtype) if staged else None
-            g_shared = T.alloc_shared((rows, cols), dtype) if staged else None
+            y_shared = T.alloc_shared((rows, cols), dtype) if stages else None
+            g_shared = T.alloc_shared((rows, cols), dtype) if stages else None
             # A cluster's blocks take the same rows, a part each.
             first_group, rank = bx // blocks * groups, bx % blocks
-            for group in T.Pipelined(groups, num_stages=1 if staged else 0):
+            for group in T.Pipelined(groups, num_stages=stages):
                 derivative_row_group(Yv, G, DX, (first_group + group) * rows, y, g, acc, dx,
                                      total, mine, parts, y_shared, g_shared, rank, group % 2)
 
