@@ -89,8 +89,8 @@ Backward: dx = y * (g - sum(g * y)) along the row, from the forward's output
 y and the incoming cotangent g. Pass 1 accumulates g * y element-wise into a
 float32 fragment and reduces it once per row; pass 2 writes dx, from the
 registers pass 1 loaded for a resident row, reading y and g again for a
-streamed one. A long row held over a cluster adds its parts' sums, and its
-blocks take their rows in turn as the forward's do.
+streamed one. A long float32 row held over a cluster adds its parts' sums,
+and its blocks take their rows in turn as the forward's do.
 
 Both tile programs are written once, as builders that take the formulas of
 single elements: ``row_softmax_program`` takes what pass 2 writes (and what
@@ -399,26 +399,26 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
     0 in both operands, so a term must be 0 where y and g both are: then they
     add nothing to the sum and need no mask. A row held over a cluster adds its
     blocks' sums (``sum_over_cluster``); its blocks take ``tile.row_groups`` rows
-    in turn, staging the next row's y and g in shared memory where they fit.
+    in turn. Those rows' y and g are not staged in shared memory as the forwards'
+    x is: in float32, the one dtype held over a cluster here, one part of both
+    takes 256 KB, more than a block has.
     """
     rows, cols = tile.rows, tile.cols
     groups, blocks = tile.row_groups, tile.cluster
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     layout = row_layout(tile, dtype)
-    stages = prefetch_stages(tile, dtype, name) if groups > 1 else 0
 
     # One group of ``rows`` rows from row0 on: the row sum, then the outputs. A block of a
     # cluster takes part ``rank`` of the row (its column tile ``rank``) and pools its sum in
-    # slot ``slot`` of ``parts``; y_shared and g_shared, where given, stage its loads.
+    # slot ``slot`` of ``parts``.
     @T.macro
-    def derivative_row_group(Yv, G, DX, row0, y, g, acc, dx, total, mine, parts, y_shared,
-                             g_shared, rank, slot):
+    def derivative_row_group(Yv, G, DX, row0, y, g, acc, dx, total, mine, parts, rank, slot):
         # Pass 1: the row sum, element-wise partials in registers. A resident row (or part)
-        # is one tile, loaded outside any loop, where the pipeline can issue it early.
+        # is one tile, whose partials are its terms.
         if tile.resident:
-            copy_in(Yv[row0, rank * cols], y, y_shared)
-            copy_in(G[row0, rank * cols], g, g_shared)
+            T.copy(Yv[row0, rank * cols], y)
+            T.copy(G[row0, rank * cols], g)
             for i, j in T.Parallel(rows, cols):
                 acc[i, j] = term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM))
         else:
@@ -460,15 +460,11 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
                 mine = T.alloc_shared((2, 1), ACCUM)
                 parts = T.alloc_shared((2, blocks, 1), ACCUM)
                 start_cluster(parts)
-            # Where staged, each group's y and g are copied into shared memory (cp.async)
-            # while the block works on the group before.
-            y_shared = T.alloc_shared((rows, cols), dtype) if stages else None
-            g_shared = T.alloc_shared((rows, cols), dtype) if stages else None
             # A cluster's blocks take the same rows, a part each.
             first_group, rank = bx // blocks * groups, bx % blocks
-            for group in T.Pipelined(groups, num_stages=stages):
+            for group in T.serial(groups):
                 derivative_row_group(Yv, G, DX, (first_group + group) * rows, y, g, acc, dx,
-                                     total, mine, parts, y_shared, g_shared, rank, group % 2)
+                                     total, mine, parts, rank, group % 2)
 
     return reduce_then_write.with_attr("global_symbol", name)
 
