@@ -18,6 +18,8 @@
 # GPU_CHECK_BENCH_OPS (default "all") names the ops the bench step times, comma-separated,
 # so that a matrix longer than one call can take one call a part. GPU_CHECK_BENCH_SECONDS
 # bounds the bench (default: what is left of 540 s since the script started).
+# GPU_CHECK_TESTS (default "tests") names what the cuda and tilelang steps give pytest, so that
+# a suite longer than one call can take one call a part (test files, space-separated).
 # GPU_CHECK_SANITIZE_SECONDS bounds the sanitizer steps together: shards not
 # done by then are reported unfinished. GPU_CHECK_SANITIZE_BACKENDS (default
 # "cuda tilelang") names the backends whose tests they run, so that a tool too
@@ -188,8 +190,11 @@ compile_tilelang() {
   [ -f "$out/tilelang-compile.summary" ] || run_step tilelang-compile $pytest tests/test_tilelang_compile.py
 }
 # The two suites run at once: each keeps the GPU far from busy.
-has cuda && run_step pytest-cuda $pytest tests --backend cuda &
-has tilelang && { compile_tilelang; run_step pytest-tilelang $pytest tests --backend tilelang; } &
+tests=${GPU_CHECK_TESTS:-tests}
+# shellcheck disable=SC2086
+has cuda && run_step pytest-cuda $pytest $tests --backend cuda &
+# shellcheck disable=SC2086
+has tilelang && { compile_tilelang; run_step pytest-tilelang $pytest $tests --backend tilelang; } &
 wait
 tools=
 for tool in memcheck synccheck initcheck racecheck; do

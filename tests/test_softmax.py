@@ -225,9 +225,9 @@ def test_grad_matches_jax(backend):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("shape", on_this_machine(SHAPES))
+@pytest.mark.parametrize("shape", on_this_machine(SHAPES + CLUSTER_GROUP_SHAPES))
 def test_vjp_matches_reference(op, shape, dtype, backend):
-    """Reverse mode on every launch path of the backward kernel."""
+    """Reverse mode on every launch path of the backward kernel, rows held over clusters too."""
     check_derivative(op.fn, op.vjp, shape, dtype, backend, forward=False)
 
 

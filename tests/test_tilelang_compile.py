@@ -173,6 +173,10 @@ def test_aligned_row_kernels_load_128_bit_vectors(
 
 
 MASKED_OPS = tuple(name for name, kernel in bridge.OPS.items() if kernel.spec.mask_operand)
+# The row kernels of two operands of x's dtype, y and g: softmax's and log_softmax's derivatives.
+DERIVATIVE_OPS = tuple(name for name, kernel in bridge.OPS.items()
+                       if kernel.spec.along_rows and kernel.spec.arity == 2
+                       and not kernel.spec.mask_operand)
 MASKED_ROW_CASES = [case for case in ROW_CASES if case[0] in MASKED_OPS]
 # A load of 4 or 8 bytes of the mask, a byte for each element of one of x's 16-byte vectors;
 # TileLang reads the bool buffer through a uint8 view, a pointer cast it may write or not.
@@ -256,14 +260,18 @@ GROUPED_CASES = [case for case in ROW_CASES if case[2].row_groups > 1]
 def test_row_groups_come_in_through_shared_memory_asynchronously(
     sources, op: str, dtype: str, tile: RowTile
 ) -> None:
-    """A tile taking row groups in turn copies each group's x (and mask) into shared memory
-    with cp.async, one group ahead of the one it works on, and nothing of it straight from
-    memory: pass 2 reads nothing again."""
+    """A tile taking row groups in turn copies each group's x (and mask; a derivative's y and
+    g) into shared memory with cp.async, one group ahead of the one it works on, and nothing of
+    it straight from memory: pass 2 reads nothing again. But where not one group of them fits
+    shared memory (float32 derivatives over a cluster), which loads them straight."""
     source = sources[(op, dtype, tile)].result()
-    assert re.search(ASYNC_LOAD.format(size=16, buf="X"), source), source
+    operands = ("Yv", "G") if op in DERIVATIVE_OPS else ("X",)
+    staged = prefetch_stages(tile, dtype, op) > 0
+    for buf in operands:
+        assert bool(re.search(ASYNC_LOAD.format(size=16, buf=buf), source)) == staged, source
+        assert bool(re.search(LOAD_128.format(buf=buf), source)) != staged, source
     if op in MASKED_OPS:
         assert re.search(ASYNC_LOAD.format(size=vector_elements(dtype), buf="Mask"), source), source
-    assert not re.search(LOAD_128.format(buf="X"), source), source
 
 
 def test_the_forwards_take_row_groups_where_they_gain() -> None:
@@ -340,11 +348,12 @@ def test_rows_that_fit_are_resident(dtype: str, op: str) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_long_aligned_rows_are_held_over_a_cluster_where_it_gains(dtype: str, op: str) -> None:
     """On a GPU with clusters, softmax's and log_softmax's long aligned rows of up to 262144
-    columns are held over the fewest blocks, a power of two, of 32768 columns each, where the
+    columns (and softmax's backward's in float32) are held over the fewest blocks, a power of two, of 32768 columns each, where the
     row fills 3/4 of the blocks' columns or more, each block taking the rows that make one wave
     of clusters, however few; elsewhere, and without clusters, long rows are streamed."""
-    held = op in CLUSTER_KERNELS
-    assert held == (op in ("softmax", "log_softmax"))
+    held = dtype in CLUSTER_KERNELS.get(op, ())
+    assert held == (op in ("softmax", "log_softmax") or (op, dtype) == ("softmax_backward",
+                                                                          "float32"))
     clustered = {tile for tile in all_tiles(dtype, op) if tile.cluster > 1}
     assert clustered == ({cluster_tile(dtype, blocks, groups) for blocks in (2, 4, 8)
                           for groups in (1, ROW_GROUPS)} if held else set())

@@ -98,13 +98,15 @@ ROW_GROUP_KERNELS = {"softmax": 1, "log_softmax": 2, "softmax_masked": 2, "log_s
 # rounded up to WAVE_GROUPS_BITS significant bits so that one compile serves row counts a few
 # percent apart; a grid of more clusters would run a last, partial wave. With parts less than
 # CLUSTER_MIN_FILL full on average, a cluster is slower than a block streaming its row. The
-# kernels that gain, in every dtype.
+# kernels that gain, by dtype: softmax's backward in float32 only, since in 16-bit types its
+# cluster tile ran slower than the streamed one (docs/tilelang.md).
 CLUSTER_PART_COLS = 32768
 CLUSTER_SIZES = (2, 4, 8)
 MAX_CLUSTER = CLUSTER_SIZES[-1]
 CLUSTER_MIN_FILL = 0.75
 WAVE_GROUPS_BITS = 6
-CLUSTER_KERNELS = ("softmax", "log_softmax")
+CLUSTER_KERNELS = {"softmax": tuple(ITEMSIZE), "log_softmax": tuple(ITEMSIZE),
+                   "softmax_backward": ("float32",)}
 
 
 def vector_elements(dtype: str) -> int:
@@ -204,10 +206,12 @@ def resident_widths(op: str, dtype: str) -> tuple[int, ...]:
 
 
 def prefetch_stages(tile: RowTile, dtype: str, op: str) -> int:
-    """The row groups ``op``'s kernel keeps in flight by ``tile``: two where two groups of what
-    it stages (x, and a mask) fit SHARED_MEMORY_BYTES, else one."""
-    staged_bytes = ITEMSIZE[dtype] + int(registration.SPECS[op].mask_operand)  # a mask's byte
-    return 2 if 2 * tile.rows * tile.cols * staged_bytes <= SHARED_MEMORY_BYTES else 1
+    """The row groups ``op``'s kernel keeps in flight by ``tile``: as many groups of what it
+    stages (its operands, a mask a byte an element) as fit SHARED_MEMORY_BYTES, two at most;
+    0 where not one does."""
+    spec = registration.SPECS[op]
+    staged_bytes = ITEMSIZE[dtype] * (spec.arity - spec.mask_operand) + spec.mask_operand
+    return min(2, SHARED_MEMORY_BYTES // (tile.rows * tile.cols * staged_bytes))
 
 
 def with_row_groups(tile: RowTile, dtype: str, op: str) -> RowTile | None:
@@ -228,8 +232,8 @@ def cluster_blocks(n: int) -> int:
 def held_over_cluster(n: int, dtype: str, op: str, resident: int) -> bool:
     """Whether ``op``'s kernel holds rows of ``n`` elements of ``dtype`` over a cluster, on a
     GPU that keeps ``resident`` such clusters at once: long aligned rows of at most MAX_CLUSTER
-    parts, at least CLUSTER_MIN_FILL of the parts' columns used, in CLUSTER_KERNELS."""
-    if not (op in CLUSTER_KERNELS and is_aligned(n, dtype)
+    parts, at least CLUSTER_MIN_FILL of the parts' columns used, in CLUSTER_KERNELS' dtypes."""
+    if not (dtype in CLUSTER_KERNELS.get(op, ()) and is_aligned(n, dtype)
             and resident_limit(op, dtype) < n <= MAX_CLUSTER * CLUSTER_PART_COLS):
         return False
     return resident > 0 and n >= CLUSTER_MIN_FILL * cluster_blocks(n) * CLUSTER_PART_COLS
@@ -283,7 +287,7 @@ def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
     # A cluster tile comes in every row-group count: one group, a program without a pipeline,
     # and ROW_GROUPS, which stands for every count of more.
     held = [cluster_tile(dtype, blocks, groups) for blocks in CLUSTER_SIZES
-            for groups in (1, ROW_GROUPS) if op in CLUSTER_KERNELS]
+            for groups in (1, ROW_GROUPS) if dtype in CLUSTER_KERNELS.get(op, ())]
     return (short_unaligned_tile(dtype), *long, *resident,
             *(tile for tile in grouped if tile is not None), *held)
 

@@ -89,7 +89,8 @@ Backward: dx = y * (g - sum(g * y)) along the row, from the forward's output
 y and the incoming cotangent g. Pass 1 accumulates g * y element-wise into a
 float32 fragment and reduces it once per row; pass 2 writes dx, from the
 registers pass 1 loaded for a resident row, reading y and g again for a
-streamed one.
+streamed one. A long float32 row held over a cluster adds its parts' sums,
+and its blocks take their rows in turn as the forward's do.
 
 Both tile programs are written once, as builders that take the formulas of
 single elements: ``row_softmax_program`` takes what pass 2 writes (and what
@@ -108,9 +109,9 @@ every op a builder serves, and TileLang names the CUDA kernel
 import tilelang.language as T
 from tvm import tirx
 
+from jax_camp.tilelang_kernels._cluster import gather_over_cluster, start_cluster, sum_over_cluster
 from jax_camp.tilelang_kernels._rows import (
-    ACCUM, RowTile, column_tiles, prefetch_stages, row_layout, row_tiles,
-    vector_elements,
+    ACCUM, RowTile, column_tiles, prefetch_stages, row_layout, row_tiles, vector_elements,
 )
 
 
@@ -123,25 +124,13 @@ LOWEST_FLOAT32 = -3.4028234663852886e38
 
 
 @T.macro
-def start_cluster(parts):
-    """Clears ``parts`` and waits until every block of the cluster has started: a block
-    may store into another's shared memory only once that block is running."""
-    T.fill(parts, 0.0)
-    T.sync_threads()
-    T.cluster_arrive()
-    T.cluster_wait()
-
-
-@T.macro
 def share_over_cluster(row_max, row_sum, rescale, mine, parts, slot, blocks, rank):
     """Pools the (max, sum) pair of each block's part of a row over the cluster.
 
     In: this block's part's ``row_max`` m and ``row_sum`` s = sum(exp(x - m)). Out: the
     whole row's M and S in them, and in ``rescale`` exp(m - M), which turns this part's
-    exponentials into the row's (pass 2 takes it in with 1/S). Each block stores its pair
-    into slot ``slot`` of every block's ``parts`` (distributed shared memory), then the
-    cluster waits for all. The slots alternate by row, so that a block storing the next
-    row's pair never overwrites one that a slower block is still reading. A part of only
+    exponentials into the row's (pass 2 takes it in with 1/S). The pairs travel through
+    slot ``slot`` of every block's ``parts`` (``_cluster.gather_over_cluster``). A part of only
     -inf (or wholly past the row's end) comes with m the lowest float and s = 0, and adds
     nothing; a row of only -inf ends with S = 0, so 1/S is inf against exponentials of 0,
     and its outputs are NaN, jax's answer. The row's pair lives in these fragments, not
@@ -150,11 +139,7 @@ def share_over_cluster(row_max, row_sum, rescale, mine, parts, slot, blocks, ran
     """
     mine[slot, 0] = row_max[0]  # every thread stores the same pair
     mine[slot, 1] = row_sum[0]
-    T.sync_threads()
-    t = T.get_thread_binding()
-    if t < blocks * 2:
-        T.copy_cluster(mine[slot, t % 2], parts[slot, rank, t % 2], dst_block=t // 2)
-    T.cluster_sync()
+    gather_over_cluster(mine, parts, slot, blocks, rank, 2)
     for i in T.Parallel(1):
         rescale[i] = row_max[i]
         row_max[i] = -T.infinity(ACCUM)
@@ -412,44 +397,74 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
     is an element's share of its row's sum and ``output(y, g, total)`` its
     result, all in float32. Out-of-range elements of a partial tile load as
     0 in both operands, so a term must be 0 where y and g both are: then they
-    add nothing to the sum and need no mask.
+    add nothing to the sum and need no mask. A row held over a cluster adds its
+    blocks' sums (``sum_over_cluster``); its blocks take ``tile.row_groups`` rows
+    in turn. Those rows' y and g are not staged in shared memory as the forwards'
+    x is: in float32, the one dtype held over a cluster here, one part of both
+    takes 256 KB, more than a block has.
     """
     rows, cols = tile.rows, tile.cols
+    groups, blocks = tile.row_groups, tile.cluster
     vec = vector_elements(dtype)
     m_, n = T.dynamic("M N", "int64")
     layout = row_layout(tile, dtype)
+
+    # One group of ``rows`` rows from row0 on: the row sum, then the outputs. A block of a
+    # cluster takes part ``rank`` of the row (its column tile ``rank``) and pools its sum in
+    # slot ``slot`` of ``parts``.
+    @T.macro
+    def derivative_row_group(Yv, G, DX, row0, y, g, acc, dx, total, mine, parts, rank, slot):
+        # Pass 1: the row sum, element-wise partials in registers. A resident row (or part)
+        # is one tile, whose partials are its terms.
+        if tile.resident:
+            T.copy(Yv[row0, rank * cols], y)
+            T.copy(G[row0, rank * cols], g)
+            for i, j in T.Parallel(rows, cols):
+                acc[i, j] = term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM))
+        else:
+            T.clear(acc)
+            for kb in T.Serial(column_tiles(tile, n)):
+                T.copy(Yv[row0, kb * cols], y)
+                T.copy(G[row0, kb * cols], g)
+                for i, j in T.Parallel(rows, cols):
+                    acc[i, j] += term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM))
+        T.reduce_sum(acc, total, dim=1)
+        if blocks > 1:
+            sum_over_cluster(total, mine, parts, slot, blocks, rank)
+
+        # Pass 2: each element's output from its y, its g and the row's sum;
+        # a resident row's y and g are still in registers, a streamed one is read again.
+        for kb in T.Serial(column_tiles(tile, n)):
+            if not tile.resident:
+                T.copy(Yv[row0, kb * cols], y)
+                T.copy(G[row0, kb * cols], g)
+            for i, j in T.Parallel(rows, cols):
+                dx[i, j] = T.cast(
+                    output(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM), total[i]), dtype
+                )
+            T.copy(dx, DX[row0, (rank + kb) * cols])
 
     @T.prim_func
     def reduce_then_write(
         Yv: T.Tensor((m_, n), dtype), G: T.Tensor((m_, n), dtype), DX: T.Tensor((m_, n), dtype)
     ):
-        with T.Kernel(T.ceildiv(m_, rows), threads=tile.threads) as bx:
+        with T.Kernel(T.ceildiv(m_, rows * groups) * blocks, threads=tile.threads,
+                      cluster_dims=blocks if blocks > 1 else None) as bx:
             if tile.aligned:
                 T.assume(n % vec == 0)
             y, g, acc, dx = row_tiles(tile, dtype, dtype, ACCUM, dtype)
-            dot = T.alloc_fragment((rows,), ACCUM)
+            total = T.alloc_fragment((rows,), ACCUM)
             T.annotate_layout({t: layout for t in (y, g, acc, dx)})
-            T.clear(acc)
-
-            # Pass 1: the row sum, element-wise partials in registers.
-            for kb in T.Serial(column_tiles(tile, n)):
-                T.copy(Yv[bx * rows, kb * cols], y)
-                T.copy(G[bx * rows, kb * cols], g)
-                for i, j in T.Parallel(rows, cols):
-                    acc[i, j] += term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM))
-            T.reduce_sum(acc, dot, dim=1)
-
-            # Pass 2: each element's output from its y, its g and the row's sum;
-            # a resident row's y and g are still in registers, a streamed one is read again.
-            for kb in T.Serial(column_tiles(tile, n)):
-                if not tile.resident:
-                    T.copy(Yv[bx * rows, kb * cols], y)
-                    T.copy(G[bx * rows, kb * cols], g)
-                for i, j in T.Parallel(rows, cols):
-                    dx[i, j] = T.cast(
-                        output(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM), dot[i]), dtype
-                    )
-                T.copy(dx, DX[bx * rows, kb * cols])
+            mine = parts = None
+            if blocks > 1:
+                mine = T.alloc_shared((2, 1), ACCUM)
+                parts = T.alloc_shared((2, blocks, 1), ACCUM)
+                start_cluster(parts)
+            # A cluster's blocks take the same rows, a part each.
+            first_group, rank = bx // blocks * groups, bx % blocks
+            for group in T.serial(groups):
+                derivative_row_group(Yv, G, DX, (first_group + group) * rows, y, g, acc, dx,
+                                     total, mine, parts, rank, group % 2)
 
     return reduce_then_write.with_attr("global_symbol", name)
 
