@@ -262,8 +262,8 @@ def test_row_groups_come_in_through_shared_memory_asynchronously(
 ) -> None:
     """A tile taking row groups in turn copies each group's x (and mask; a derivative's y and
     g) into shared memory with cp.async, one group ahead of the one it works on, and nothing of
-    it straight from memory: pass 2 reads nothing again. But where not one group of them fits
-    shared memory (float32 derivatives over a cluster), which loads them straight."""
+    it straight from memory: pass 2 reads nothing again. A tile where not one group of them fits
+    shared memory (softmax's float32 backward over a cluster) loads them straight instead."""
     source = sources[(op, dtype, tile)].result()
     operands = ("Yv", "G") if op in DERIVATIVE_OPS else ("X",)
     staged = prefetch_stages(tile, dtype, op) > 0
@@ -348,9 +348,10 @@ def test_rows_that_fit_are_resident(dtype: str, op: str) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_long_aligned_rows_are_held_over_a_cluster_where_it_gains(dtype: str, op: str) -> None:
     """On a GPU with clusters, softmax's and log_softmax's long aligned rows of up to 262144
-    columns (and softmax's backward's in float32) are held over the fewest blocks, a power of two, of 32768 columns each, where the
-    row fills 3/4 of the blocks' columns or more, each block taking the rows that make one wave
-    of clusters, however few; elsewhere, and without clusters, long rows are streamed."""
+    columns (and softmax's backward's in float32) are held over the fewest blocks, a power of
+    two, of 32768 columns each, where the row fills 3/4 of the blocks' columns or more, each
+    block taking the rows that make one wave of clusters, however few; elsewhere, and without
+    clusters, long rows are streamed."""
     held = dtype in CLUSTER_KERNELS.get(op, ())
     assert held == (op in ("softmax", "log_softmax") or (op, dtype) == ("softmax_backward",
                                                                           "float32"))
