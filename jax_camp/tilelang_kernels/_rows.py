@@ -92,7 +92,7 @@ ROW_GROUPS, ROW_GROUPS_MIN_BLOCKS = 16, 128
 SHARED_MEMORY_BYTES = 192 * 1024
 ROW_GROUP_KERNELS = {"softmax": 1, "log_softmax": 2, "softmax_masked": 2, "log_softmax_masked": 2}
 # Long aligned rows held over a thread-block cluster: up to MAX_CLUSTER blocks, each holding
-# CLUSTER_PART_COLS columns as a resident tile of MAX_THREADS threads, so the row is read once.
+# CLUSTER_PART_COLS columns as a resident tile, so the row is read once.
 # Its blocks take their rows in turn, the next row's part loading while the cluster pools
 # the current one's (max, sum), as many rows as make its grid one wave of resident clusters,
 # rounded up to WAVE_GROUPS_BITS significant bits so that one compile serves row counts a few
@@ -101,6 +101,12 @@ ROW_GROUP_KERNELS = {"softmax": 1, "log_softmax": 2, "softmax_masked": 2, "log_s
 # kernels that gain, by dtype: softmax's backward in float32 only, since in 16-bit types its
 # cluster tile ran slower than the streamed one (docs/tilelang.md).
 CLUSTER_PART_COLS = 32768
+# The threads of a block holding a part: a float32 part takes MAX_THREADS, 32 values a thread;
+# a 16-bit one half as many, 64 values a thread. Each block is alone on its SM either way, and
+# every thread of it takes part in each row's block-wide reductions and in pooling the
+# cluster's (max, sum) pairs, so half the threads do that work once for twice the values.
+CLUSTER_PART_THREADS = {"float32": MAX_THREADS, "bfloat16": MAX_THREADS // 2,
+                        "float16": MAX_THREADS // 2}
 CLUSTER_SIZES = (2, 4, 8)
 MAX_CLUSTER = CLUSTER_SIZES[-1]
 CLUSTER_MIN_FILL = 0.75
@@ -250,9 +256,10 @@ def wave_row_groups(row_count: int, resident: int) -> int:
 
 
 def cluster_tile(dtype: str, blocks: int, row_groups: int = ROW_GROUPS) -> RowTile:
-    """A row held over ``blocks`` blocks of CLUSTER_PART_COLS columns, ``row_groups`` rows a
-    block in turn."""
-    return resident_tile(CLUSTER_PART_COLS, dtype)._replace(cluster=blocks, row_groups=row_groups)
+    """A row held over ``blocks`` blocks of CLUSTER_PART_COLS columns and CLUSTER_PART_THREADS
+    threads, ``row_groups`` rows a block in turn."""
+    return resident_tile(CLUSTER_PART_COLS, dtype)._replace(
+        threads=CLUSTER_PART_THREADS[dtype], cluster=blocks, row_groups=row_groups)
 
 
 def row_tile(n: int, dtype: str, op: str, row_count: int = 1,
