@@ -177,9 +177,10 @@ MAX_VALUES_HELD_FOR_PASS_2 = 16
 def reads_again_for_pass_2(tile: RowTile) -> bool:
     """Whether a resident tile's pass 2 reads x (log_softmax) and the mask again rather than
     hold them through pass 1: where a thread has more than MAX_VALUES_HELD_FOR_PASS_2 values
-    of a row, unless the tile takes row groups. Those are the 16-bit tiles of 32768 (1024
-    threads, alone on their SM whatever they hold), and holding ran faster there, where the
-    float32 tile of 32768 without row groups ran slower holding x (docs/tilelang_design.md)."""
+    of a row, unless the tile takes row groups. Those are the tiles of 32768 columns alone on
+    their SM whatever they hold (the 16-bit resident ones, and those held over a cluster), and
+    holding ran faster there, where the float32 tile of 32768 without row groups ran slower
+    holding x (docs/tilelang_design.md)."""
     return tile.values_per_thread > MAX_VALUES_HELD_FOR_PASS_2 and tile.row_groups == 1
 
 
