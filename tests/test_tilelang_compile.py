@@ -394,6 +394,19 @@ def test_a_cluster_tile_takes_the_rows_of_one_wave() -> None:
                 70, 70, 63, 18, 126, 1]
 
 
+@pytest.mark.parametrize("op", sorted(CLUSTER_KERNELS))
+def test_a_16_bit_cluster_part_takes_half_the_threads(sources, op: str) -> None:
+    """A block holding part of a row over a cluster is alone on its SM: 1024 threads of 32
+    values in float32, 512 of 64 in the 16-bit types, where fewer threads take each row's
+    reductions and the cluster's exchange (docs/tilelang_design.md)."""
+    for dtype in CLUSTER_KERNELS[op]:
+        for tile in (t for t in all_tiles(dtype, op) if t.cluster > 1):
+            threads = MAX_THREADS if dtype == "float32" else MAX_THREADS // 2
+            assert (tile.threads, tile.values_per_thread) == (threads, 32768 // threads), tile
+            source = sources[(op, dtype, tile)].result()
+            assert f"__launch_bounds__({threads}, 1)" in source, tile
+
+
 def test_the_driver_counts_the_clusters_a_gpu_keeps_resident() -> None:
     """bridge.resident_clusters, which sizes the cluster tiles' row groups: on a GPU with
     thread-block clusters, some of each size, fewer of a larger size and on no more SMs
