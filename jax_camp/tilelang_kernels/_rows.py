@@ -161,6 +161,12 @@ def streamed_tile(dtype: str, aligned: bool, threads: int, rows: int,
     return RowTile(rows, cols, threads, False, aligned)
 
 
+def takes_clusters(op: str, dtype: str) -> bool:
+    """Whether ``op``'s kernel holds some long rows of ``dtype`` over a cluster
+    (CLUSTER_KERNELS)."""
+    return dtype in CLUSTER_KERNELS.get(op, ())
+
+
 def takes_one_vector(op: str, dtype: str) -> bool:
     """Whether ``op``'s kernel walks some long rows of ``dtype`` one vector a thread a tile."""
     return op in ONE_VECTOR_KERNELS and ITEMSIZE[dtype] == 2
@@ -239,7 +245,7 @@ def held_over_cluster(n: int, dtype: str, op: str, resident: int) -> bool:
     """Whether ``op``'s kernel holds rows of ``n`` elements of ``dtype`` over a cluster, on a
     GPU that keeps ``resident`` such clusters at once: long aligned rows of at most MAX_CLUSTER
     parts, at least CLUSTER_MIN_FILL of the parts' columns used, in CLUSTER_KERNELS' dtypes."""
-    if not (dtype in CLUSTER_KERNELS.get(op, ()) and is_aligned(n, dtype)
+    if not (takes_clusters(op, dtype) and is_aligned(n, dtype)
             and resident_limit(op, dtype) < n <= MAX_CLUSTER * CLUSTER_PART_COLS):
         return False
     return resident > 0 and n >= CLUSTER_MIN_FILL * cluster_blocks(n) * CLUSTER_PART_COLS
@@ -294,7 +300,7 @@ def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
     # A cluster tile comes in every row-group count: one group, a program without a pipeline,
     # and ROW_GROUPS, which stands for every count of more.
     held = [cluster_tile(dtype, blocks, groups) for blocks in CLUSTER_SIZES
-            for groups in (1, ROW_GROUPS) if dtype in CLUSTER_KERNELS.get(op, ())]
+            for groups in (1, ROW_GROUPS) if takes_clusters(op, dtype)]
     return (short_unaligned_tile(dtype), *long, *resident,
             *(tile for tile in grouped if tile is not None), *held)
 
