@@ -93,18 +93,22 @@ def test_row_groups(op, shape, dtype, where, backend):
     check_values(op.fn, op.reference, shape, dtype, backend, where=where)
 
 
+@pytest.mark.parametrize("where", [False, True])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("shape", on_this_machine(CLUSTER_GROUP_SHAPES))
-def test_rows_held_over_a_cluster(op, shape, dtype, backend):
+def test_rows_held_over_a_cluster(op, shape, dtype, where, backend):
     """Rows held over a cluster, its blocks taking rows in turn, as jax.nn's, among them rows
-    whose first parts are only -inf, a row of only -inf and a row with a NaN."""
+    whose first parts are only -inf, a row of only -inf and a row with a NaN; with where=, a
+    fully masked row too (random_mask)."""
     x = random_normal(shape, dtype, scale=3.0).at[0, :-4].set(-jnp.inf)
     x = x.at[2, : shape[-1] // 2].set(-jnp.inf).at[3, 7].set(jnp.nan).at[5].set(-jnp.inf)
-    if backend == "tilelang":  # the cluster tile wherever the GPU has clusters
+    mask = random_mask(shape) if where else None
+    fn = functools.partial(op.fn, where=mask, backend=backend)
+    if backend == "tilelang":  # the cluster tile wherever the GPU has clusters and the kernel one
         from jax_camp.tilelang_kernels.bridge import resident_clusters
-        held = "_cluster" in hlo_text(functools.partial(op.fn, backend=backend), x)
-        assert held == bool(resident_clusters())
-    assert_special_values_match(op.fn(x, backend=backend), op.jax_fn(x), dtype)
+        held = bool(resident_clusters()) and not (where and dtype == jnp.float32)
+        assert ("_cluster" in hlo_text(fn, x)) == held
+    assert_special_values_match(fn(x), op.jax_fn(x, where=mask), dtype)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
@@ -297,9 +301,7 @@ def test_forward_mode_and_higher_order_match_jax(backend):
         "grad of grad under vmap": lambda f: jax.vmap(
             jax.grad(lambda v: jnp.sum(jax.grad(lambda u: jnp.sum(f(u) * u))(v) ** 2))
         )(x),
-        "forward over reverse": lambda f: jax.jvp(
-            jax.grad(lambda v: jnp.sum(f(v) * x)), (x,), (x,)
-        )[1],
+        "forward over reverse": lambda f: jax.jvp(jax.grad(lambda v: jnp.sum(f(v) * x)), (x,), (x,))[1],
     }
     for name, transform in checks.items():
         got, want = both(transform)
@@ -363,8 +365,6 @@ def test_rejects_a_list(backend):
     with pytest.raises(TypeError, match="jax_camp.softmax: x must be an array or a scalar, got list"):
         jax_camp.softmax([1.0, 2.0], backend=backend)
 
-
-# where=: the masked forward kernels, on the same shapes and paths.
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -99,7 +99,8 @@ ROW_GROUP_KERNELS = {"softmax": 1, "log_softmax": 2, "softmax_masked": 2, "log_s
 # percent apart; a grid of more clusters would run a last, partial wave. With parts less than
 # CLUSTER_MIN_FILL full on average, a cluster is slower than a block streaming its row. The
 # kernels that gain, by dtype: softmax's backward in float32 only, since in 16-bit types its
-# cluster tile ran slower than the streamed one (docs/tilelang.md).
+# cluster tile ran slower than the streamed one (docs/tilelang.md); where='s forwards in the
+# 16-bit types only, since a float32 part held beside its mask spills.
 CLUSTER_PART_COLS = 32768
 # The threads of a block holding a part: a float32 part takes MAX_THREADS, 32 values a thread;
 # a 16-bit one half as many, 64 values a thread. Each block is alone on its SM either way, and
@@ -112,6 +113,8 @@ MAX_CLUSTER = CLUSTER_SIZES[-1]
 CLUSTER_MIN_FILL = 0.75
 WAVE_GROUPS_BITS = 6
 CLUSTER_KERNELS = {"softmax": tuple(ITEMSIZE), "log_softmax": tuple(ITEMSIZE),
+                   "softmax_masked": ("bfloat16", "float16"),
+                   "log_softmax_masked": ("bfloat16", "float16"),
                    "softmax_backward": ("float32",)}
 
 
