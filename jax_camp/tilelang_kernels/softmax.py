@@ -24,7 +24,8 @@ the current one, so the loads of one row overlap the reductions of the last.
 ``_rows.row_tile`` says which kernels gain, and from how many rows.
 
 Rows held over a cluster (softmax's and log_softmax's aligned rows of up to
-262144, on GPUs with thread-block clusters). A row too long for one block is
+262144, with where= in the 16-bit types, on GPUs with thread-block clusters;
+the mask's part loads beside x's). A row too long for one block is
 split into parts of 32768 columns, one a block of a cluster, each held as a
 resident tile: its own max m and sum s, exchanged with the cluster's other
 blocks through distributed shared memory (``share_over_cluster``), give every
