@@ -104,7 +104,7 @@ def test_rows_held_over_a_cluster(op, shape, dtype, where, backend):
     x = x.at[2, : shape[-1] // 2].set(-jnp.inf).at[3, 7].set(jnp.nan).at[5].set(-jnp.inf)
     mask = random_mask(shape) if where else None
     fn = functools.partial(op.fn, where=mask, backend=backend)
-    if backend == "tilelang":  # the cluster tile wherever the GPU has clusters and the kernel one
+    if backend == "tilelang":  # held where the GPU has clusters and the kernel a cluster tile
         from jax_camp.tilelang_kernels.bridge import resident_clusters
         held = bool(resident_clusters()) and not (where and dtype == jnp.float32)
         assert ("_cluster" in hlo_text(fn, x)) == held
@@ -364,7 +364,6 @@ def test_axis_none_normalizes_over_every_axis(shape, backend):
 def test_rejects_a_list(backend):
     with pytest.raises(TypeError, match="jax_camp.softmax: x must be an array or a scalar, got list"):
         jax_camp.softmax([1.0, 2.0], backend=backend)
-
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
