@@ -44,7 +44,7 @@ pytest="python3 -P -m pytest -q -p no:cacheprovider --require-backend"
 # The test files that launch no kernel of ours (compiler output, host plans,
 # CMake's configuration, the harness's CPU checks, install checks) stay out of
 # the sanitizers' runs.
-host_only="test_cuda_codegen.py test_launch_policy.py test_cuda_build.py test_tilelang_compile.py
+host_only="test_cuda_codegen.py test_launch_policy.py test_cuda_build.py test_tilelang_compile.py test_tilelang_tiles.py
   test_benchmark*.py test_install.py test_sharding.py"
 
 run_step() {  # name, command...: runs it with its log under $out; its summary line goes beside

@@ -5,18 +5,19 @@ TileLang is not installed. With nvcc present (TileLang looks in CUDA_HOME,
 then /usr/local/cuda) each kernel goes through the same ``tilelang.compile``
 the bridge uses, down to a cubin; without it, through code generation to CUDA
 source. Every configuration the bridge can pick is compiled: each row kernel
-by every tile of ``_rows.all_tiles``. Either way the CUDA source is checked:
-the copy and vector_add kernels must move their full tiles with 128-bit vector
-loads and stores, and the row kernels, on 16-byte aligned rows (every resident
-tile), load their operands 128 bits at a time; softmax's and log_softmax's forwards take one
-fast exponential a value a pass; the masked ones load the mask a vector at a time. The bridge
-hands the masked kernels JAX's bool mask without converting it.
+by every tile of ``_rows.all_tiles`` (tests/test_tilelang_tiles.py checks which
+it picks when). Either way the CUDA source is checked: each kernel asks ptxas
+for its tile's blocks an SM in its launch bounds; the copy and vector_add
+kernels must move their full tiles with 128-bit vector loads and stores, and
+the row kernels, on 16-byte aligned rows (every resident tile), load their
+operands 128 bits at a time; softmax's and log_softmax's forwards take one
+fast exponential a value a pass; the masked ones load the mask a vector at a
+time. The bridge hands the masked kernels JAX's bool mask without converting it.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import math
 import os
 import re
 import shutil
@@ -33,14 +34,12 @@ import tvm  # noqa: E402
 from tvm import tirx  # noqa: E402
 from tvm.target import Target  # noqa: E402
 
-from helpers import H200_RESIDENT_CLUSTERS, progress  # noqa: E402
+from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
-    CLUSTER_KERNELS, ITEMSIZE, MAX_THREADS, MIN_RESIDENT_COLS, ONE_VECTOR_KERNELS, ROW_GROUPS,
-    SHARED_MEMORY_BYTES, RowTile, all_tiles, cluster_tile, long_row_tile, long_row_vectors,
-    prefetch_stages, resident_limit, resident_tile, row_tile, short_unaligned_tile,
-    thread_and_slot, vector_elements, wave_row_groups,
+    CLUSTER_KERNELS, MAX_THREADS, RowTile, all_tiles, long_row_tile, prefetch_stages,
+    vector_elements,
 )
 from jax_camp.tilelang_kernels.softmax import reads_again_for_pass_2  # noqa: E402
 
@@ -131,8 +130,11 @@ def _case_id(case) -> str:
 
 @pytest.mark.parametrize("op, dtype, tile", CASES, ids=map(_case_id, CASES))
 def test_compiles_for_sm90(sources, op: str, dtype: str, tile: RowTile | None) -> None:
+    """Each kernel is named for its op, and asks ptxas for its tile's blocks an SM."""
     source = sources[(op, dtype, tile)].result()
     assert re.search(rf"__global__ void .*\b{op}_kernel\(", source), source[:2000]
+    bounds = re.search(r"__launch_bounds__\(\d+(?:, (\d+))?\)", source)
+    assert int(bounds[1] or 1) == (tile.blocks_per_sm if tile else 1), bounds[0]
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -274,44 +276,6 @@ def test_row_groups_come_in_through_shared_memory_asynchronously(
         assert re.search(ASYNC_LOAD.format(size=vector_elements(dtype), buf="Mask"), source), source
 
 
-def test_the_forwards_take_row_groups_where_they_gain() -> None:
-    """Row groups go to the forwards' one-block resident tiles of MAX_THREADS threads, where the
-    groups in flight that each kernel gains with fit in shared memory: docs/tilelang.md's table.
-    Every cluster tile takes them too, as
-    test_long_aligned_rows_are_held_over_a_cluster_where_it_gains checks."""
-    grouped = {(op, dtype, tile.cols) for op in ROW_OPS for dtype in DTYPES
-               for tile in all_tiles(dtype, op) if tile.row_groups > 1 and tile.cluster == 1}
-    assert grouped == {
-        ("softmax", "float32", 16384), ("softmax", "float32", 32768),
-        ("log_softmax", "float32", 16384), ("softmax_masked", "float32", 16384),
-        ("log_softmax_masked", "float32", 16384),
-        *((op, dtype, 32768) for op in ("softmax", "log_softmax", "softmax_masked")
-          for dtype in ("bfloat16", "float16")),
-    }
-
-
-@pytest.mark.parametrize("op", ROW_OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_row_groups_need_rows_to_fill_the_blocks(dtype: str, op: str) -> None:
-    """A row length whose tile can take row groups gets them from ROW_GROUPS x 128 rows on
-    (a block of each ROW_GROUPS rows, 128 blocks), and its one-group tile below; the groups in
-    flight fit SHARED_MEMORY_BYTES."""
-    tiles = all_tiles(dtype, op)
-    staged = ITEMSIZE[dtype] + (1 if op in MASKED_OPS else 0)
-    for cols in (2 ** k for k in range(7, 16)):
-        single = resident_tile(cols, dtype)
-        if cols > resident_limit(op, dtype):
-            break
-        grouped = single._replace(row_groups=ROW_GROUPS)
-        if grouped not in tiles:
-            assert row_tile(cols, dtype, op, 1 << 20) == single
-            continue
-        assert single.threads == MAX_THREADS and single.rows == 1
-        assert prefetch_stages(grouped, dtype, op) * cols * staged <= SHARED_MEMORY_BYTES
-        assert row_tile(cols, dtype, op, ROW_GROUPS * 128 - 1) == single
-        assert row_tile(cols - 8, dtype, op, ROW_GROUPS * 128) == grouped
-
-
 def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:
     """The aligned variant really is one: T.assume changes the generated code."""
     general = sources[("reduce_sum", "float16", long_row_tile("float16", False))].result()
@@ -319,80 +283,6 @@ def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:
     assert general != aligned
     assert re.search(LOAD_128.format(buf="X"), aligned)
     assert not re.search(LOAD_128.format(buf="X"), general)
-
-
-@pytest.mark.parametrize("op", ROW_OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_rows_that_fit_are_resident(dtype: str, op: str) -> None:
-    """Aligned rows up to the kernel's resident limit are held by a tile as wide as the next
-    power of two, of at most 1024 threads; longer rows are streamed a block a row, shorter
-    unaligned ones a warp a row; every tile picked is one of all_tiles."""
-    vec = vector_elements(dtype)
-    tiles = all_tiles(dtype, op)
-    limit = resident_limit(op, dtype)
-    for n in range(vec, 2 * limit, vec):
-        tile = row_tile(n, dtype, op)
-        assert tile in tiles
-        if n <= limit:
-            assert tile.resident and tile.cols >= n and tile.threads <= 1024
-            assert tile.cols // 2 < n or tile.cols == MIN_RESIDENT_COLS
-        else:
-            assert tile == long_row_tile(dtype, True, long_row_vectors(n, dtype, op))
-    for n in (1, 3, vec + 1, 1025, limit - 1):
-        assert row_tile(n, dtype, op) == short_unaligned_tile(dtype)
-    vectors = long_row_vectors(limit + 1, dtype, op)
-    assert row_tile(limit + 1, dtype, op) == long_row_tile(dtype, False, vectors)
-
-
-@pytest.mark.parametrize("op", ROW_OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_long_aligned_rows_are_held_over_a_cluster_where_it_gains(dtype: str, op: str) -> None:
-    """On a GPU with clusters, softmax's and log_softmax's long aligned rows of up to 262144
-    columns (with where= in the 16-bit types; softmax's backward's in float32) are held over
-    the fewest blocks, a power of two, of 32768 columns each, where the row fills 3/4 of the
-    blocks' columns or more, each block taking the rows that make one wave of clusters,
-    however few; elsewhere, and without clusters, long rows are streamed."""
-    held = dtype in CLUSTER_KERNELS.get(op, ())
-    assert held == (op in ("softmax", "log_softmax")
-                    or (op.endswith("_masked") and dtype != "float32")
-                    or (op, dtype) == ("softmax_backward", "float32"))
-    clustered = {tile for tile in all_tiles(dtype, op) if tile.cluster > 1}
-    assert clustered == ({cluster_tile(dtype, blocks, groups) for blocks in (2, 4, 8)
-                          for groups in (1, ROW_GROUPS)} if held else set())
-    vec = vector_elements(dtype)
-    h200 = H200_RESIDENT_CLUSTERS
-    for n, blocks in ((49_152, 2), (65_536, 2), (98_304, 4), (131_072, 4), (196_608, 8),
-                      (262_144, 8)):
-        if n <= resident_limit(op, dtype):
-            continue
-        streamed = long_row_tile(dtype, True, long_row_vectors(n, dtype, op))
-        assert row_tile(n, dtype, op, 1 << 20) == streamed
-        assert row_tile(n, dtype, op, 1 << 20, {blocks: 0}) == streamed  # none fit the GPU
-        for rows in (1, h200[blocks], h200[blocks] + 1, 4096):
-            groups = wave_row_groups(rows, h200[blocks])
-            expected = cluster_tile(dtype, blocks, groups) if held else streamed
-            assert row_tile(n, dtype, op, rows, h200) == expected
-        assert row_tile(n - 1, dtype, op, 1 << 20, h200).cluster == 1  # unaligned
-        if n == 3 * blocks * 32_768 // 4:  # the parts short of 3/4 full
-            assert row_tile(n - vec, dtype, op, 1 << 20, h200).cluster == 1
-    assert row_tile(262_144 + vec, dtype, op, 1 << 20, h200).cluster == 1
-
-
-def test_a_cluster_tile_takes_the_rows_of_one_wave() -> None:
-    """A cluster tile's blocks take the rows that make the grid one wave of the GPU's resident
-    clusters, rounded up to 6 significant bits: never a second wave, at most 1/32 more rows a
-    cluster than an even share, and one compile for row counts a few percent apart."""
-    for resident in (15, 30, 66, 1):
-        for rows in range(1, 200_000, 7):
-            groups = wave_row_groups(rows, resident)
-            even = math.ceil(rows / resident)
-            assert math.ceil(rows / groups) <= resident
-            assert even <= groups <= even * (1 + 1 / 32), (rows, resident, groups)
-    for first in (1024, 4096, 65536):  # a doubling of the row count: about 32 compiles
-        assert len({wave_row_groups(rows, 15) for rows in range(first, 2 * first)}) <= 33
-    assert [wave_row_groups(rows, resident) for rows, resident in
-            ((1024, 15), (2048, 30), (4096, 66), (256, 15), (8192, 66), (0, 15))] == [
-                70, 70, 63, 18, 126, 1]
 
 
 @pytest.mark.parametrize("op", sorted(CLUSTER_KERNELS))
@@ -420,63 +310,6 @@ def test_the_driver_counts_the_clusters_a_gpu_keeps_resident() -> None:
     assert sorted(counts) == [2, 4, 8], counts
     assert counts[2] >= counts[4] >= counts[8] > 0, counts
     assert 2 * counts[2] >= 4 * counts[4] >= 8 * counts[8], counts
-
-
-@pytest.mark.parametrize("op", ROW_OPS)
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_long_16_bit_rows_take_one_vector_unless_l2_keeps_them(dtype: str, op: str) -> None:
-    """softmax's, log_softmax's and softmax's backward's long 16-bit rows are walked one vector
-    a thread a tile, but for rows of more than 96 KB and at most 192 KB, which keep two, as
-    every other kernel and dtype does: docs/tilelang.md's table."""
-    one_vector = op in ONE_VECTOR_KERNELS and ITEMSIZE[dtype] == 2
-    kb = 512  # 16-bit elements in a KB; every n below is past every resident limit
-    for n, kept_in_l2 in ((40_000, False), (96 * kb, False), (96 * kb + 8, True),
-                          (192 * kb, True), (192 * kb + 8, False), (1 << 20, False)):
-        cols_a_tile = row_tile(n, dtype, op).cols
-        vectors = 1 if one_vector and not kept_in_l2 else 2
-        assert cols_a_tile == 512 * vectors * vector_elements(dtype), (n, cols_a_tile)
-        assert row_tile(n - 1, dtype, op) == long_row_tile(dtype, False, vectors)
-
-
-def test_only_the_kernels_that_gain_hold_rows_past_16384() -> None:
-    """softmax, log_softmax and softmax's backward hold rows of up to 32768 values, and so do
-    softmax's masked forward and log_softmax's backward in the 16-bit types; the other kernels
-    that hold a mask or a second operand beside a row, and reduce_sum, stream them."""
-    wide = {(op, dtype) for op in ROW_OPS for dtype in DTYPES if resident_limit(op, dtype) > 16384}
-    every_dtype = ("softmax", "log_softmax", "softmax_backward")
-    sixteen_bit = ("softmax_masked", "log_softmax_backward")
-    assert wide == {*((op, dtype) for op in every_dtype for dtype in DTYPES),
-                    *((op, dtype) for op in sixteen_bit for dtype in ("bfloat16", "float16"))}
-    assert all(resident_limit(op, dtype) == 32768 for op, dtype in wide)
-
-
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_row_layout_gives_each_element_its_own_register(dtype: str) -> None:
-    """row_layout's map puts every element of every tile in a distinct (thread, slot),
-    fills each thread's slots evenly, and gives a thread's 16-byte run one vector's
-    consecutive slots, so a run loads with one 128-bit access."""
-    vec = vector_elements(dtype)
-    for tile in {tile for op in ROW_OPS for tile in all_tiles(dtype, op)}:
-        places = {}
-        for i in range(tile.rows):
-            for j in range(tile.cols):
-                places[(i, j)] = thread_and_slot(tile, dtype, i, j)
-        assert len(set(places.values())) == tile.rows * tile.cols, tile
-        slots = tile.values_per_thread
-        assert {thread for thread, _ in places.values()} == set(range(tile.threads)), tile
-        assert {slot for _, slot in places.values()} == set(range(slots)), tile
-        for (i, j), (thread, slot) in places.items():
-            first_thread, first_slot = places[(i, j - j % vec)]
-            assert (thread, slot) == (first_thread, first_slot + j % vec), tile
-
-
-def test_every_configuration_has_its_own_target_name() -> None:
-    """The bridge registers each (op, dtype, tile) under a name made of the three, so two tiles
-    of one dtype with one name would run one's kernel for the other's shapes."""
-    for dtype in DTYPES:
-        for op in ROW_OPS:
-            names = [tile.name for tile in all_tiles(dtype, op)]
-            assert len(set(names)) == len(names), names
 
 
 @pytest.mark.skipif(not _has_nvcc(), reason="the bridge registers a kernel by compiling it, with nvcc")

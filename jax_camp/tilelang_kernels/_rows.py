@@ -14,8 +14,9 @@ is one compile, which serves every N it is picked for:
   loading the next through shared memory while it works on the current one, in the kernels
   that gain by it (ROW_GROUP_KERNELS).
 - **Long** rows, past the resident limit: a block of LONG_ROW_THREADS threads a row, walked in
-  tiles of 2 vectors of 16 bytes a thread, or 1 (``long_row_vectors``); a kernel that needs a
-  second pass reads the row again.
+  tiles of 2 vectors of 16 bytes a thread, or 1 (``long_row_vectors``), some compiled for two
+  blocks an SM (``long_row_blocks_per_sm``); a kernel that needs a second pass reads the row
+  again.
 - **Held over a cluster**, long aligned rows in the kernels that gain (CLUSTER_KERNELS), on a
   GPU with thread-block clusters: the fewest blocks (``cluster_blocks``) of a resident tile of
   CLUSTER_PART_COLS columns each hold a part of the row, read once, and pool their parts'
@@ -69,6 +70,11 @@ LONG_ROW_THREADS = 512
 # those of two blocks do not. The float32 tiles and the other kernels keep two vectors.
 ONE_VECTOR_KERNELS = ("softmax", "log_softmax", "softmax_backward")
 ROW_BYTES_KEPT_IN_L2 = (96 * 1024, 192 * 1024)
+# Long aligned 16-bit rows in these kernels keep two vectors a thread a tile, but ptxas is asked
+# to fit two blocks an SM (RowTile.blocks_per_sm): left alone it gives their tile a few registers
+# a thread past the 64 at which two blocks of 512 threads share an SM's 65536, so one block an SM,
+# and held to 64 it spills nothing. But for rows of ROW_BYTES_KEPT_IN_L2 bytes, as above.
+TWO_BLOCK_KERNELS = ("softmax_masked", "log_softmax_masked")
 SHORT_ROWS, SHORT_ROW_THREADS = 4, 128
 
 # How a resident tile spreads its rows over threads: each thread holds up to
@@ -141,6 +147,8 @@ class RowTile(NamedTuple):
     row_groups: int = 1
     # A cluster of this many blocks holds each row, ``cols`` columns a block (resident only).
     cluster: int = 1
+    # ptxas caps a thread's registers so that this many blocks fit an SM (streamed only).
+    blocks_per_sm: int = 1
 
     @property
     def name(self) -> str:
@@ -149,7 +157,8 @@ class RowTile(NamedTuple):
         alignment = "" if self.resident or not self.aligned else "_aligned"
         groups = f"_{self.row_groups}groups" if self.row_groups > 1 else ""
         cluster = f"_cluster{self.cluster}" if self.cluster > 1 else ""
-        return f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}{cluster}{groups}"
+        per_sm = f"_{self.blocks_per_sm}blocks_per_sm" if self.blocks_per_sm > 1 else ""
+        return f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}{cluster}{groups}{per_sm}"
 
     @property
     def values_per_thread(self) -> int:
@@ -175,17 +184,34 @@ def takes_one_vector(op: str, dtype: str) -> bool:
     return op in ONE_VECTOR_KERNELS and ITEMSIZE[dtype] == 2
 
 
+def takes_two_blocks(op: str, dtype: str) -> bool:
+    """Whether ``op``'s kernel compiles some long aligned rows of ``dtype`` for two blocks an SM."""
+    return op in TWO_BLOCK_KERNELS and ITEMSIZE[dtype] == 2
+
+
+def kept_in_l2(n: int, dtype: str) -> bool:
+    """Whether a row of ``n`` elements of ``dtype`` is of ROW_BYTES_KEPT_IN_L2 bytes."""
+    low, high = ROW_BYTES_KEPT_IN_L2
+    return low < n * ITEMSIZE[dtype] <= high
+
+
 def long_row_vectors(n: int, dtype: str, op: str) -> int:
     """The vectors a thread takes a tile of a long row of ``n`` elements in ``op``'s kernel:
     one where ``takes_one_vector`` and the row is outside ROW_BYTES_KEPT_IN_L2, else two."""
-    low, high = ROW_BYTES_KEPT_IN_L2
-    kept_in_l2 = low < n * ITEMSIZE[dtype] <= high
-    return 1 if takes_one_vector(op, dtype) and not kept_in_l2 else 2
+    return 1 if takes_one_vector(op, dtype) and not kept_in_l2(n, dtype) else 2
 
 
-def long_row_tile(dtype: str, aligned: bool, vectors: int = 2) -> RowTile:
+def long_row_blocks_per_sm(n: int, dtype: str, op: str) -> int:
+    """The blocks an SM that ``op``'s tile of a long row of ``n`` elements is compiled for: two
+    where ``takes_two_blocks``, the row is aligned and outside ROW_BYTES_KEPT_IN_L2, else one."""
+    two = takes_two_blocks(op, dtype) and is_aligned(n, dtype) and not kept_in_l2(n, dtype)
+    return 2 if two else 1
+
+
+def long_row_tile(dtype: str, aligned: bool, vectors: int = 2, blocks_per_sm: int = 1) -> RowTile:
     """A row past the resident limit: a block a row, ``vectors`` vectors a thread a tile."""
-    return streamed_tile(dtype, aligned, LONG_ROW_THREADS, 1, vectors)
+    tile = streamed_tile(dtype, aligned, LONG_ROW_THREADS, 1, vectors)
+    return tile._replace(blocks_per_sm=blocks_per_sm)
 
 
 def short_unaligned_tile(dtype: str) -> RowTile:
@@ -283,7 +309,8 @@ def row_tile(n: int, dtype: str, op: str, row_count: int = 1,
     if held_over_cluster(n, dtype, op, resident):
         return cluster_tile(dtype, blocks, wave_row_groups(row_count, resident))
     if n > resident_limit(op, dtype):
-        return long_row_tile(dtype, aligned, long_row_vectors(n, dtype, op))
+        return long_row_tile(dtype, aligned, long_row_vectors(n, dtype, op),
+                             long_row_blocks_per_sm(n, dtype, op))
     if not aligned:
         return short_unaligned_tile(dtype)
     tile = resident_tile(max(MIN_RESIDENT_COLS, 1 << (n - 1).bit_length()), dtype)
@@ -300,6 +327,7 @@ def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
     grouped = [with_row_groups(tile, dtype, op) for tile in resident]
     vectors = (2, 1) if takes_one_vector(op, dtype) else (2,)
     long = [long_row_tile(dtype, aligned, v) for v in vectors for aligned in (False, True)]
+    long += [long_row_tile(dtype, True, blocks_per_sm=2)] if takes_two_blocks(op, dtype) else []
     # A cluster tile comes in every row-group count: one group, a program without a pipeline,
     # and ROW_GROUPS, which stands for every count of more.
     held = [cluster_tile(dtype, blocks, groups) for blocks in CLUSTER_SIZES

@@ -326,6 +326,8 @@ def row_softmax_program(
         blocks = tile.cluster
         with T.Kernel(T.ceildiv(m_, rows * groups) * blocks, threads=tile.threads,
                       cluster_dims=blocks if blocks > 1 else None) as bx:
+            if tile.blocks_per_sm > 1:
+                T.annotate_min_blocks_per_sm(tile.blocks_per_sm)
             if tile.aligned:
                 T.assume(n % vec == 0)
             x_tile, x, scaled, out = row_tiles(tile, dtype, ACCUM, ACCUM, dtype)
