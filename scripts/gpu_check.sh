@@ -211,10 +211,13 @@ if has bench; then
   # counting what this call ran before it. Where the whole matrix takes longer, run it in
   # parts, one call each (GPU_CHECK_BENCH_OPS above), and read the parts as one:
   # run_ops.py --from-json part1.json,part2.json --json --markdown --plot.
+  # The results are named for the GPU that ran them (h200.*, h100.*), as benchmarks/results/ keeps them.
+  card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1 | grep -oiE '[a-z][0-9]{2,3}' | head -n 1)
+  card=$(echo "${card:-gpu}" | tr '[:upper:]' '[:lower:]')
   run_step bench python3 benchmarks/run_ops.py --op "${GPU_CHECK_BENCH_OPS:-all}" --backend all \
     --mode all --no-progress --time-limit "${GPU_CHECK_BENCH_SECONDS:-$((540 - SECONDS))}" \
-    --json "$out/h200.json" --plot "$out/h200.png" --markdown "$out/h200.md"
-  cp "$out/bench.log" "$out/h200.txt"
+    --json "$out/$card.json" --plot "$out/$card.png" --markdown "$out/$card.md"
+  cp "$out/bench.log" "$out/$card.txt"
 fi
 failed=0
 for name in build pytest-cuda tilelang-compile pytest-tilelang sanitize bench; do
