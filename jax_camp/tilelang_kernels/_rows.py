@@ -209,7 +209,8 @@ def long_row_blocks_per_sm(n: int, dtype: str, op: str) -> int:
 
 
 def long_row_tile(dtype: str, aligned: bool, vectors: int = 2, blocks_per_sm: int = 1) -> RowTile:
-    """A row past the resident limit: a block a row, ``vectors`` vectors a thread a tile."""
+    """A row past the resident limit: a block a row, ``vectors`` vectors a thread a tile,
+    compiled for ``blocks_per_sm`` blocks an SM."""
     tile = streamed_tile(dtype, aligned, LONG_ROW_THREADS, 1, vectors)
     return tile._replace(blocks_per_sm=blocks_per_sm)
 
