@@ -48,7 +48,7 @@ subtracts that multiple of p; forward mode sums p * t and subtracts the same
 number from every element. softmax's Jacobian, diag(p) - p p^T, is symmetric,
 so its one backward kernel serves both modes; log_softmax needs one for each.
 
-Both come from ``reduce_then_write_program`` in softmax.py, as softmax's
+Both come from ``reduce_then_write_program`` (_row_derivative.py), as softmax's
 backward does: one float32 row sum of a per-element term, then one pass
 writing each element from its two operands and the sum. The builder names its
 operands (Yv, G) -> DX after the backward; the tangent kernel gets t as G.
@@ -66,8 +66,9 @@ import math
 
 from tvm import tirx
 
+from jax_camp.tilelang_kernels._row_derivative import reduce_then_write_program
 from jax_camp.tilelang_kernels._rows import RowTile
-from jax_camp.tilelang_kernels.softmax import exp, reduce_then_write_program, row_softmax_program
+from jax_camp.tilelang_kernels.softmax import exp, row_softmax_program
 
 
 def log_normalized(shifted, e, log_sum, inv_sum):

@@ -87,21 +87,19 @@ row of them alone would (all -inf: NaN, as in jax), and a fully masked row,
 which has no kept element and s = 0, comes out all 0, never NaN.
 
 Backward: dx = y * (g - sum(g * y)) along the row, from the forward's output
-y and the incoming cotangent g. Pass 1 accumulates g * y element-wise into a
-float32 fragment and reduces it once per row; pass 2 writes dx, from the
-registers pass 1 loaded for a resident row, reading y and g again for a
-streamed one. A long float32 row held over a cluster adds its parts' sums,
-and its blocks take their rows in turn as the forward's do.
+y and the incoming cotangent g: one row sum of g * y, then each element's dx,
+by the derivative kernels' tile program (``reduce_then_write_program`` in
+_row_derivative.py), given those two formulas.
 
-Both tile programs are written once, as builders that take the formulas of
-single elements: ``row_softmax_program`` takes what pass 2 writes (and what
-a masked-out element gets, for a masked kernel), and
-``reduce_then_write_program`` the term pass 1 sums and what pass 2 writes.
-log_softmax.py builds its forward and its two derivatives from them. Each
-builder also takes the op's name and sets the prim_func's ``global_symbol`` to
-it: ``T.prim_func`` would take it from the Python function's name, shared by
-every op a builder serves, and TileLang names the CUDA kernel
-``<global_symbol>_kernel``, the name the bridge and the tests look for.
+The forward's tile program is written once, as a builder that takes the
+formulas of single elements: ``row_softmax_program`` takes what pass 2 writes
+(and what a masked-out element gets, for a masked kernel). log_softmax.py
+builds its forward from it, and its two derivatives from
+``reduce_then_write_program``. Each builder also takes the op's name and sets
+the prim_func's ``global_symbol`` to it: ``T.prim_func`` would take it from the
+Python function's name, shared by every op a builder serves, and TileLang names
+the CUDA kernel ``<global_symbol>_kernel``, the name the bridge and the tests
+look for.
 """
 
 # No ``from __future__ import annotations`` here: TileLang evaluates a string
@@ -110,7 +108,8 @@ every op a builder serves, and TileLang names the CUDA kernel
 import tilelang.language as T
 from tvm import tirx
 
-from jax_camp.tilelang_kernels._cluster import gather_over_cluster, start_cluster, sum_over_cluster
+from jax_camp.tilelang_kernels._cluster import gather_over_cluster, start_cluster
+from jax_camp.tilelang_kernels._row_derivative import reduce_then_write_program
 from jax_camp.tilelang_kernels._rows import (
     ACCUM, RowTile, column_tiles, prefetch_stages, row_layout, row_tiles, vector_elements,
 )
@@ -392,85 +391,6 @@ def row_softmax_program(
             softmax_rows(X, None, Y)
 
     return row_softmax.with_attr("global_symbol", name)
-
-
-def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output) -> tirx.PrimFunc:
-    """A derivative kernel ``name``: one row sum of ``term``, then DX from ``output``.
-
-    Yv is the forward's output and G the derivative coming in. ``term(y, g)``
-    is an element's share of its row's sum and ``output(y, g, total)`` its
-    result, all in float32. Out-of-range elements of a partial tile load as
-    0 in both operands, so a term must be 0 where y and g both are: then they
-    add nothing to the sum and need no mask. A row held over a cluster adds its
-    blocks' sums (``sum_over_cluster``); its blocks take ``tile.row_groups`` rows
-    in turn. Those rows' y and g are not staged in shared memory as the forwards'
-    x is: in float32, the one dtype held over a cluster here, one part of both
-    takes 256 KB, more than a block has.
-    """
-    rows, cols = tile.rows, tile.cols
-    groups, blocks = tile.row_groups, tile.cluster
-    vec = vector_elements(dtype)
-    m_, n = T.dynamic("M N", "int64")
-    layout = row_layout(tile, dtype)
-
-    # One group of ``rows`` rows from row0 on: the row sum, then the outputs. A block of a
-    # cluster takes part ``rank`` of the row (its column tile ``rank``) and pools its sum in
-    # slot ``slot`` of ``parts``.
-    @T.macro
-    def derivative_row_group(Yv, G, DX, row0, y, g, acc, dx, total, mine, parts, rank, slot):
-        # Pass 1: the row sum, element-wise partials in registers. A resident row (or part)
-        # is one tile, whose partials are its terms.
-        if tile.resident:
-            T.copy(Yv[row0, rank * cols], y)
-            T.copy(G[row0, rank * cols], g)
-            for i, j in T.Parallel(rows, cols):
-                acc[i, j] = term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM))
-        else:
-            T.clear(acc)
-            for kb in T.Serial(column_tiles(tile, n)):
-                T.copy(Yv[row0, kb * cols], y)
-                T.copy(G[row0, kb * cols], g)
-                for i, j in T.Parallel(rows, cols):
-                    acc[i, j] += term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM))
-        T.reduce_sum(acc, total, dim=1)
-        if blocks > 1:
-            sum_over_cluster(total, mine, parts, slot, blocks, rank)
-
-        # Pass 2: each element's output from its y, its g and the row's sum;
-        # a resident row's y and g are still in registers, a streamed one is read again.
-        for kb in T.Serial(column_tiles(tile, n)):
-            if not tile.resident:
-                T.copy(Yv[row0, kb * cols], y)
-                T.copy(G[row0, kb * cols], g)
-            for i, j in T.Parallel(rows, cols):
-                dx[i, j] = T.cast(
-                    output(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM), total[i]), dtype
-                )
-            T.copy(dx, DX[row0, (rank + kb) * cols])
-
-    @T.prim_func
-    def reduce_then_write(
-        Yv: T.Tensor((m_, n), dtype), G: T.Tensor((m_, n), dtype), DX: T.Tensor((m_, n), dtype)
-    ):
-        with T.Kernel(T.ceildiv(m_, rows * groups) * blocks, threads=tile.threads,
-                      cluster_dims=blocks if blocks > 1 else None) as bx:
-            if tile.aligned:
-                T.assume(n % vec == 0)
-            y, g, acc, dx = row_tiles(tile, dtype, dtype, ACCUM, dtype)
-            total = T.alloc_fragment((rows,), ACCUM)
-            T.annotate_layout({t: layout for t in (y, g, acc, dx)})
-            mine = parts = None
-            if blocks > 1:
-                mine = T.alloc_shared((2, 1), ACCUM)
-                parts = T.alloc_shared((2, blocks, 1), ACCUM)
-                start_cluster(parts)
-            # A cluster's blocks take the same rows, a part each.
-            first_group, rank = bx // blocks * groups, bx % blocks
-            for group in T.serial(groups):
-                derivative_row_group(Yv, G, DX, (first_group + group) * rows, y, g, acc, dx,
-                                     total, mine, parts, rank, group % 2)
-
-    return reduce_then_write.with_attr("global_symbol", name)
 
 
 def normalized(shifted, e, log_sum, inv_sum):
