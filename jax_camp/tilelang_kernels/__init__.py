@@ -12,9 +12,11 @@ One module per op, each a tile program readable on its own:
 * ``log_softmax``: softmax's programs with its own formulas: the forward
   (masked or not), its backward and its forward-mode tangent.
 
-``_rows`` says how a row kernel's blocks cover its rows, by the row length (the
-tiles: one configuration, one compile, each), and ``bridge`` compiles them and
-runs them on JAX's buffers inside ``jax.jit``. Importing this package or
-``_rows`` needs nothing; importing ``bridge`` or a kernel module needs
-``pip install .[tilelang]``.
+``_row_derivative`` is the derivatives' tile program (a row sum, then each
+element's output), which softmax's and log_softmax's derivatives fill with
+their formulas. ``_rows`` says how a row kernel's blocks cover its rows, by the
+row length (the tiles: one configuration, one compile, each), and ``bridge``
+compiles them and runs them on JAX's buffers inside ``jax.jit``. Importing this
+package or ``_rows`` needs nothing; importing ``bridge`` or a kernel module
+needs ``pip install .[tilelang]``.
 """
