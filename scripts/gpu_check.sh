@@ -20,6 +20,10 @@
 # bounds the bench (default: what is left of 540 s since the script started).
 # GPU_CHECK_TESTS (default "tests") names what the cuda and tilelang steps give pytest, so that
 # a suite longer than one call can take one call a part (test files, space-separated).
+# GPU_CHECK_SHARDS (default 1) runs each of the cuda and tilelang suites as that many pytest
+# processes at once, the tests dealt out in turn, so that a whole suite fits one call: a process
+# keeps the GPU far from busy. GPU_CHECK_SUITE_SECONDS bounds each suite (default: what is left
+# of 570 s since the script started); shards stopped by it are reported unfinished.
 # GPU_CHECK_SANITIZE_SECONDS bounds the sanitizer steps together: shards not
 # done by then are reported unfinished. GPU_CHECK_SANITIZE_BACKENDS (default
 # "cuda tilelang") names the backends whose tests they run, so that a tool too
@@ -189,12 +193,32 @@ if has build || ! installed; then run_step build build; fi
 compile_tilelang() {
   [ -f "$out/tilelang-compile.summary" ] || run_step tilelang-compile $pytest tests/test_tilelang_compile.py
 }
-# The two suites run at once: each keeps the GPU far from busy.
 tests=${GPU_CHECK_TESTS:-tests}
-# shellcheck disable=SC2086
-has cuda && run_step pytest-cuda $pytest $tests --backend cuda &
-# shellcheck disable=SC2086
-has tilelang && { compile_tilelang; run_step pytest-tilelang $pytest $tests --backend tilelang; } &
+shards=${GPU_CHECK_SHARDS:-1}
+suite_deadline=$(( $(date +%s) + ${GPU_CHECK_SUITE_SECONDS:-$((570 - SECONDS))} ))
+suite() {  # backend: README's pytest over $tests, in $shards processes at once; a summary line last
+  local backend=$1 dir=$out/shards-$1
+  # shellcheck disable=SC2086
+  if [ "$shards" -le 1 ]; then timeout $(( suite_deadline - $(date +%s) )) $pytest $tests --backend "$backend"; return; fi
+  rm -rf "$dir" && mkdir -p "$dir"
+  # shellcheck disable=SC2086
+  python3 -P -m pytest -p no:cacheprovider --collect-only -q $tests --backend "$backend" | grep '::' |
+    awk -v dir="$dir" -v n="$shards" '{ print > (dir "/" (NR % n)) }'
+  ls "$dir" | xargs -P "$shards" -I{} bash -c '
+    mapfile -t ids <"$0/$1"  # one id a line; an id may hold blanks
+    timeout $(( '"$suite_deadline"' - $(date +%s) )) '"$pytest"' --backend '"$backend"' "${ids[@]}" >"$0/$1.log" 2>&1
+    printf "\nexit %s\n" $? >>"$0/$1.log"' "$dir" {}
+  local logs=("$dir"/*.log) name
+  grep -h '^FAILED\|^ERROR' "${logs[@]}" | head -n 40
+  for name in passed failed skipped error; do
+    printf '%s %s, ' "$(grep -ho "[0-9]* $name" "${logs[@]}" | awk '{n += $1} END {print n + 0}')" "$name"
+  done
+  echo "in $shards shards: $(grep -h '^exit ' "${logs[@]}" | sort | uniq -c | tr -s ' \n' ' ')"
+  ! grep -q '^exit [^0]' "${logs[@]}"
+}
+# The two suites run at once: each keeps the GPU far from busy.
+has cuda && run_step pytest-cuda suite cuda &
+has tilelang && { compile_tilelang; run_step pytest-tilelang suite tilelang; } &
 wait
 tools=
 for tool in memcheck synccheck initcheck racecheck; do
