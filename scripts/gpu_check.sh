@@ -21,8 +21,9 @@
 # GPU_CHECK_TESTS (default "tests") names what the cuda and tilelang steps give pytest, so that
 # a suite longer than one call can take one call a part (test files, space-separated).
 # GPU_CHECK_SHARDS (default 1) runs each of the cuda and tilelang suites as that many pytest
-# processes at once, the tests dealt out in turn, so that a whole suite fits one call: a process
-# keeps the GPU far from busy. GPU_CHECK_SUITE_SECONDS, if set, stops the suites that many
+# processes at once, the GPU tests dealt out in turn, so that a whole suite fits one call: a process
+# keeps the GPU far from busy. Each host-only file (below) keeps a process of its own, since its
+# fixtures compile for all cores once a process. GPU_CHECK_SUITE_SECONDS, if set, stops the suites that many
 # seconds after the script started; a shard stopped so reports exit 124.
 # GPU_CHECK_SANITIZE_SECONDS bounds the sanitizer steps together: shards not
 # done by then are reported unfinished. GPU_CHECK_SANITIZE_BACKENDS (default
@@ -71,13 +72,14 @@ build() {
     (cd /tmp && python3 -c "from jax_camp import _kernels as k; print('built for', k.cuda_architectures, '(' + k.cuda_architectures_chosen_by + ')')")
 }
 
+is_host_only() {  # file name
+  local pattern
+  for pattern in $host_only; do [[ $1 == "$pattern" ]] && return 0; done
+  return 1
+}
+
 gpu_test_files() {
-  for f in tests/test_*.py; do
-    local name skip=
-    name=$(basename "$f")
-    for pattern in $host_only; do [[ $name == $pattern ]] && skip=1; done
-    [ -n "$skip" ] || echo "$f"
-  done
+  for f in tests/test_*.py; do is_host_only "$(basename "$f")" || echo "$f"; done
 }
 
 # Each tool runs the GPU tests of both backends in shards of at most
@@ -203,7 +205,11 @@ suite() {  # backend: README's pytest over $tests, in $shards processes at once;
   rm -rf "$dir" && mkdir -p "$dir"
   # shellcheck disable=SC2086
   python3 -P -m pytest -p no:cacheprovider --collect-only -q $tests --backend "$backend" | grep '::' |
-    awk -v dir="$dir" -v n="$shards" '{ print > (dir "/" (NR % n)) }'
+    while IFS= read -r id; do
+      local file=${id%%::*}
+      file=${file##*/}
+      if is_host_only "$file"; then echo "$id" >>"$dir/${file%.py}"; else echo "$id"; fi
+    done | awk -v dir="$dir" -v n="$shards" '{ print > (dir "/" (NR % n)) }'
   ls "$dir" | xargs -P "$shards" -I{} bash -c '
     mapfile -t ids <"$0/$1"  # one id a line; an id may hold blanks
     timeout $(( '"$suite_deadline"' - $(date +%s) )) '"$pytest"' --backend '"$backend"' "${ids[@]}" >"$0/$1.log" 2>&1
@@ -213,7 +219,7 @@ suite() {  # backend: README's pytest over $tests, in $shards processes at once;
   for name in passed failed skipped error; do
     printf '%s %s, ' "$(grep -ho "[0-9]* $name" "${logs[@]}" | awk '{n += $1} END {print n + 0}')" "$name"
   done
-  echo "in $shards shards: $(grep -h '^exit ' "${logs[@]}" | sort | uniq -c | tr -s ' \n' ' ')"
+  echo "in ${#logs[@]} processes: $(grep -h '^exit ' "${logs[@]}" | sort | uniq -c | tr -s ' \n' ' ')"
   ! grep -q '^exit [^0]' "${logs[@]}"
 }
 # The two suites run at once: each keeps the GPU far from busy.
