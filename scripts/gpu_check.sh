@@ -21,10 +21,11 @@
 # GPU_CHECK_TESTS (default "tests") names what the cuda and tilelang steps give pytest, so that
 # a suite longer than one call can take one call a part (test files, space-separated).
 # GPU_CHECK_SHARDS (default 1) runs each of the cuda and tilelang suites as that many pytest
-# processes at once, the GPU tests dealt out in turn, so that a whole suite fits one call: a process
-# keeps the GPU far from busy. Each host-only file (below) keeps a process of its own: the
-# compilers its tests wait on (nvcc, TileLang) start in every process that runs one of them. GPU_CHECK_SUITE_SECONDS, if set, stops the suites that many
-# seconds after the script started; a shard stopped so reports exit 124.
+# processes at once, the GPU tests dealt out in turn, so that a whole suite fits one call: a
+# process keeps the GPU far from busy. Each host-only file (below) keeps a process of its own:
+# the compilers its tests wait on (nvcc, TileLang) start in every process that runs one of them.
+# GPU_CHECK_SUITE_SECONDS, if set, stops the suites that many seconds after the script started;
+# a shard stopped so reports exit 124.
 # GPU_CHECK_SANITIZE_SECONDS bounds the sanitizer steps together: shards not
 # done by then are reported unfinished. GPU_CHECK_SANITIZE_BACKENDS (default
 # "cuda tilelang") names the backends whose tests they run, so that a tool too
