@@ -79,6 +79,15 @@ is_host_only() {  # file name
   return 1
 }
 
+pytest_count() {  # word logs...: the sum of pytest's "N <word>" over the logs (passed, skipped, ...)
+  local word=$1; shift
+  grep -ho "[0-9]* $word" "$@" | awk '{n += $1} END {print n + 0}'
+}
+
+exit_counts() {  # logs...: how many shards ended with each exit status, on one line
+  grep -h "^exit " "$@" | sort | uniq -c | tr '\n' ' '
+}
+
 gpu_test_files() {
   for f in tests/test_*.py; do is_host_only "$(basename "$f")" || echo "$f"; done
 }
@@ -172,9 +181,9 @@ sanitize() {  # tools...
       local errors passed skipped exits unfinished
       errors=$(grep -ho "ERROR SUMMARY: [0-9]* error\|RACECHECK SUMMARY: [0-9]* hazard" "${logs[@]}" |
                awk '{n += $3} END {print n + 0}')
-      passed=$(grep -ho "[0-9]* passed" "${logs[@]}" | awk '{n += $1} END {print n + 0}')
-      skipped=$(grep -ho "[0-9]* skipped" "${logs[@]}" | awk '{n += $1} END {print n + 0}')
-      exits=$(grep -h "^exit " "${logs[@]}" | sort | uniq -c | tr '\n' ' ')
+      passed=$(pytest_count passed "${logs[@]}")
+      skipped=$(pytest_count skipped "${logs[@]}")
+      exits=$(exit_counts "${logs[@]}")
       # A shard stopped at the deadline may leave no exit line.
       unfinished=$(grep -L "^exit " "${logs[@]}" | wc -l)
       echo "$tool --backend $backend: $passed passed, $skipped skipped, $errors errors;" \
@@ -218,9 +227,9 @@ suite() {  # backend: README's pytest over $tests, in $shards processes at once;
   local logs=("$dir"/*.log) name
   grep -h '^FAILED\|^ERROR' "${logs[@]}" | head -n 40
   for name in passed failed skipped error; do
-    printf '%s %s, ' "$(grep -ho "[0-9]* $name" "${logs[@]}" | awk '{n += $1} END {print n + 0}')" "$name"
+    printf '%s %s, ' "$(pytest_count "$name" "${logs[@]}")" "$name"
   done
-  echo "in ${#logs[@]} processes: $(grep -h '^exit ' "${logs[@]}" | sort | uniq -c | tr -s ' \n' ' ')"
+  echo "in ${#logs[@]} processes: $(exit_counts "${logs[@]}")"
   ! grep -q '^exit [^0]' "${logs[@]}"
 }
 # The two suites run at once: each keeps the GPU far from busy.
