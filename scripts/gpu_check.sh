@@ -12,8 +12,9 @@
 # With no arguments it runs build cuda tilelang sanitize; sanitize is the four
 # tools. A later call's steps find the package the first installed while the
 # machine stays up, and build it again if it did not. Each step is meant to
-# fit one 10-minute device call: build; cuda and tilelang (the two suites run
-# at once); memcheck, synccheck and initcheck together; racecheck, the slowest,
+# fit one 10-minute device call: build and cuda together (with GPU_CHECK_SHARDS
+# below); tilelang, whose compile test takes minutes on a cold disk cache, in
+# the next; memcheck, synccheck and initcheck together; racecheck, the slowest,
 # wants a call a backend (GPU_CHECK_SANITIZE_BACKENDS below).
 # GPU_CHECK_BENCH_OPS (default "all") names the ops the bench step times, comma-separated,
 # so that a matrix longer than one call can take one call a part. GPU_CHECK_BENCH_SECONDS
@@ -210,8 +211,12 @@ shards=${GPU_CHECK_SHARDS:-1}
 suite_deadline=$(( $(date +%s) - SECONDS + ${GPU_CHECK_SUITE_SECONDS:-86400} ))
 suite() {  # backend: README's pytest over $tests, in $shards processes at once; a summary line last
   local backend=$1 dir=$out/shards-$1
-  # shellcheck disable=SC2086
-  if [ "$shards" -le 1 ]; then timeout $(( suite_deadline - $(date +%s) )) $pytest $tests --backend "$backend"; return; fi
+  if [ "$shards" -le 1 ]; then
+    local left=$(( suite_deadline - $(date +%s) ))
+    if [ "$left" -le 0 ]; then echo "not started: GPU_CHECK_SUITE_SECONDS had passed"; return 124; fi
+    # shellcheck disable=SC2086
+    timeout "$left" $pytest $tests --backend "$backend"; return
+  fi
   rm -rf "$dir" && mkdir -p "$dir"
   # shellcheck disable=SC2086
   python3 -P -m pytest -p no:cacheprovider --collect-only -q $tests --backend "$backend" | grep '::' |
@@ -220,10 +225,18 @@ suite() {  # backend: README's pytest over $tests, in $shards processes at once;
       file=${file##*/}
       if is_host_only "$file"; then echo "$id" >>"$dir/${file%.py}"; else echo "$id"; fi
     done | awk -v dir="$dir" -v n="$shards" '{ print > (dir "/" (NR % n)) }'
+  # A shard whose turn comes after the deadline does not start, and reports exit 124 as a stopped one.
   ls "$dir" | xargs -P "$shards" -I{} bash -c '
     mapfile -t ids <"$0/$1"  # one id a line; an id may hold blanks
-    timeout $(( '"$suite_deadline"' - $(date +%s) )) '"$pytest"' --backend '"$backend"' "${ids[@]}" >"$0/$1.log" 2>&1
-    printf "\nexit %s\n" $? >>"$0/$1.log"' "$dir" {}
+    left=$(( '"$suite_deadline"' - $(date +%s) ))
+    if [ "$left" -gt 0 ]; then
+      timeout "$left" '"$pytest"' --backend '"$backend"' "${ids[@]}" >"$0/$1.log" 2>&1
+      status=$?
+    else
+      echo "not started: GPU_CHECK_SUITE_SECONDS had passed" >"$0/$1.log"
+      status=124
+    fi
+    printf "\nexit %s\n" "$status" >>"$0/$1.log"' "$dir" {}
   local logs=("$dir"/*.log) name
   grep -h '^FAILED\|^ERROR' "${logs[@]}" | head -n 40
   for name in passed failed skipped error; do
