@@ -209,14 +209,17 @@ compile_tilelang() {
 tests=${GPU_CHECK_TESTS:-tests}
 shards=${GPU_CHECK_SHARDS:-1}
 suite_deadline=$(( $(date +%s) - SECONDS + ${GPU_CHECK_SUITE_SECONDS:-86400} ))
+until_suite_deadline() {  # command...: runs it under timeout until the deadline; past it, starts nothing
+  local left=$(( suite_deadline - $(date +%s) ))
+  if [ "$left" -le 0 ]; then echo "not started: GPU_CHECK_SUITE_SECONDS had passed"; return 124; fi
+  timeout "$left" "$@"
+}
+export suite_deadline
+export -f until_suite_deadline
 suite() {  # backend: README's pytest over $tests, in $shards processes at once; a summary line last
   local backend=$1 dir=$out/shards-$1
-  if [ "$shards" -le 1 ]; then
-    local left=$(( suite_deadline - $(date +%s) ))
-    if [ "$left" -le 0 ]; then echo "not started: GPU_CHECK_SUITE_SECONDS had passed"; return 124; fi
-    # shellcheck disable=SC2086
-    timeout "$left" $pytest $tests --backend "$backend"; return
-  fi
+  # shellcheck disable=SC2086
+  if [ "$shards" -le 1 ]; then until_suite_deadline $pytest $tests --backend "$backend"; return; fi
   rm -rf "$dir" && mkdir -p "$dir"
   # shellcheck disable=SC2086
   python3 -P -m pytest -p no:cacheprovider --collect-only -q $tests --backend "$backend" | grep '::' |
@@ -228,15 +231,8 @@ suite() {  # backend: README's pytest over $tests, in $shards processes at once;
   # A shard whose turn comes after the deadline does not start, and reports exit 124 as a stopped one.
   ls "$dir" | xargs -P "$shards" -I{} bash -c '
     mapfile -t ids <"$0/$1"  # one id a line; an id may hold blanks
-    left=$(( '"$suite_deadline"' - $(date +%s) ))
-    if [ "$left" -gt 0 ]; then
-      timeout "$left" '"$pytest"' --backend '"$backend"' "${ids[@]}" >"$0/$1.log" 2>&1
-      status=$?
-    else
-      echo "not started: GPU_CHECK_SUITE_SECONDS had passed" >"$0/$1.log"
-      status=124
-    fi
-    printf "\nexit %s\n" "$status" >>"$0/$1.log"' "$dir" {}
+    until_suite_deadline '"$pytest"' --backend '"$backend"' "${ids[@]}" >"$0/$1.log" 2>&1
+    printf "\nexit %s\n" $? >>"$0/$1.log"' "$dir" {}
   local logs=("$dir"/*.log) name
   grep -h '^FAILED\|^ERROR' "${logs[@]}" | head -n 40
   for name in passed failed skipped error; do
