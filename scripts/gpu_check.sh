@@ -26,7 +26,7 @@
 # process keeps the GPU far from busy. Each host-only file (below) keeps a process of its own:
 # the compilers its tests wait on (nvcc, TileLang) start in every process that runs one of them.
 # GPU_CHECK_SUITE_SECONDS, if set, stops the suites that many seconds after the script started;
-# a shard stopped so reports exit 124.
+# a shard stopped so reports exit 124, and one whose turn comes later does not start and says so.
 # GPU_CHECK_SANITIZE_SECONDS bounds the sanitizer steps together: shards not
 # done by then are reported unfinished. GPU_CHECK_SANITIZE_BACKENDS (default
 # "cuda tilelang") names the backends whose tests they run, so that a tool too
@@ -228,7 +228,6 @@ suite() {  # backend: README's pytest over $tests, in $shards processes at once;
       file=${file##*/}
       if is_host_only "$file"; then echo "$id" >>"$dir/${file%.py}"; else echo "$id"; fi
     done | awk -v dir="$dir" -v n="$shards" '{ print > (dir "/" (NR % n)) }'
-  # A shard whose turn comes after the deadline does not start, and reports exit 124 as a stopped one.
   ls "$dir" | xargs -P "$shards" -I{} bash -c '
     mapfile -t ids <"$0/$1"  # one id a line; an id may hold blanks
     until_suite_deadline '"$pytest"' --backend '"$backend"' "${ids[@]}" >"$0/$1.log" 2>&1
