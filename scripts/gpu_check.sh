@@ -94,7 +94,8 @@ gpu_test_files() {
 }
 
 # Each tool runs the GPU tests of both backends in shards of at most
-# $shard_tests tests, one process a shard, as many at once as there are cores:
+# $shard_tests tests, one process a shard, as many at once as there are cores
+# and the GPU's memory holds at 9 GiB a process (sanitizer_processes below):
 # each tool slows the kernels it watches many times over, and a shard that
 # crashes takes only its own tests with it. Two exceptions, each shown to lie
 # outside the project (docs/sanitizers.md):
@@ -142,6 +143,16 @@ shard_tests_of() {  # backend size: writes $out/sanitizer/shards-<size>/<backend
 
 sanitize_backends=${GPU_CHECK_SANITIZE_BACKENDS:-cuda tilelang}
 
+# One a core made the longest rows' shards, which start together, run out of an 80 GB card's
+# memory, and a test out of memory fails as if its kernel had (docs/sanitizers.md).
+sanitizer_processes() {
+  local mib processes
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -n 1)
+  processes=$(( mib / (9 * 1024) ))
+  (( processes > $(nproc) )) && processes=$(nproc)
+  echo $(( processes > 0 ? processes : 1 ))
+}
+
 sanitize() {  # tools...
   rm -rf "$out/sanitizer"
   mkdir -p "$out/sanitizer"
@@ -160,7 +171,7 @@ sanitize() {  # tools...
       printf "%s %s '%s' '%s' '%s' %s\n" "$tool" "$shard" "${tool_flags[$tool]}" \
         "${tool_xla_flags[$tool]:-}" "${tool_pytest_flags[$tool]:-}" "$dir"
     done
-  done | xargs -P "$(nproc)" -L 1 bash -c '
+  done | xargs -P "$(sanitizer_processes)" -L 1 bash -c '
     tool=$0 shard=$1 backend=${1%%-*} log='"$out"'/sanitizer/$0-$1.log
     left=$(( '"$deadline"' - $(date +%s) ))
     if [ $left -le 0 ]; then echo "exit skipped" >$log; exit 0; fi
@@ -188,7 +199,7 @@ sanitize() {  # tools...
       # A shard stopped at the deadline may leave no exit line.
       unfinished=$(grep -L "^exit " "${logs[@]}" | wc -l)
       echo "$tool --backend $backend: $passed passed, $skipped skipped, $errors errors;" \
-        "${#logs[@]} shards, $exits$unfinished unfinished"
+        "${#logs[@]} shards, $(sanitizer_processes) at once, $exits$unfinished unfinished"
       { grep -q "^exit [^0]" "${logs[@]}" || [ "$unfinished" -gt 0 ]; } && failed=1
     done
   done
