@@ -14,8 +14,9 @@
 # machine stays up, and build it again if it did not. Each step is meant to
 # fit one 10-minute device call: build and cuda together (with GPU_CHECK_SHARDS
 # below); tilelang, whose compile test takes minutes on a cold disk cache, in
-# the next; memcheck, synccheck and initcheck together; racecheck, the slowest,
-# wants a call a backend (GPU_CHECK_SANITIZE_BACKENDS below).
+# the next; memcheck, synccheck and initcheck together (one backend a call on an
+# 80 GB card, which runs fewer processes at once); racecheck, the slowest, wants a
+# call a backend (GPU_CHECK_SANITIZE_BACKENDS below).
 # GPU_CHECK_BENCH_OPS (default "all") names the ops the bench step times, comma-separated,
 # so that a matrix longer than one call can take one call a part. GPU_CHECK_BENCH_SECONDS
 # bounds the bench (default: what is left of 540 s since the script started).
