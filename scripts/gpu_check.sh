@@ -20,8 +20,9 @@
 # GPU_CHECK_BENCH_OPS (default "all") names the ops the bench step times, comma-separated,
 # so that a matrix longer than one call can take one call a part. GPU_CHECK_BENCH_SECONDS
 # bounds the bench (default: what is left of 540 s since the script started).
-# GPU_CHECK_TESTS (default "tests") names what the cuda and tilelang steps give pytest, so that
-# a suite longer than one call can take one call a part (test files, space-separated).
+# GPU_CHECK_TESTS (default "tests") names what the cuda and tilelang steps give pytest, and the
+# files whose GPU tests the sanitizers run, so that a suite or a tool longer than one call can
+# take one call a part (test files, space-separated).
 # GPU_CHECK_SHARDS (default 1) runs each of the cuda and tilelang suites as that many pytest
 # processes at once, the GPU tests dealt out in turn, so that a whole suite fits one call: a
 # process keeps the GPU far from busy. Each host-only file (below) keeps a process of its own:
@@ -40,6 +41,7 @@ cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/jax_camp_gpu}
 mkdir -p "$out"
 steps=${*:-build cuda tilelang sanitize}
+tests=${GPU_CHECK_TESTS:-tests}
 export PATH=/usr/local/cuda/bin:$PATH
 export CMAKE_BUILD_PARALLEL_LEVEL=$(nproc)
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -76,8 +78,9 @@ build() {
 }
 
 is_host_only() {  # file name
-  local pattern
-  for pattern in $host_only; do [[ $1 == "$pattern" ]] && return 0; done
+  local - pattern
+  set -f  # host_only's patterns match file names here, not files in the working directory
+  for pattern in $host_only; do [[ $1 == $pattern ]] && return 0; done
   return 1
 }
 
@@ -90,8 +93,12 @@ exit_counts() {  # logs...: how many shards ended with each exit status, on one 
   grep -h "^exit " "$@" | sort | uniq -c | tr '\n' ' '
 }
 
-gpu_test_files() {
-  for f in tests/test_*.py; do is_host_only "$(basename "$f")" || echo "$f"; done
+gpu_test_files() {  # the files of $tests that launch kernels of ours
+  local f
+  for f in $tests; do
+    [ -d "$f" ] && f="$f/test_*.py"
+    for f in $f; do is_host_only "$(basename "$f")" || echo "$f"; done
+  done
 }
 
 # Each tool runs the GPU tests of both backends in shards of at most
@@ -218,7 +225,6 @@ if has build || ! installed; then run_step build build; fi
 compile_tilelang() {
   [ -f "$out/tilelang-compile.summary" ] || run_step tilelang-compile $pytest tests/test_tilelang_compile.py
 }
-tests=${GPU_CHECK_TESTS:-tests}
 shards=${GPU_CHECK_SHARDS:-1}
 suite_deadline=$(( $(date +%s) - SECONDS + ${GPU_CHECK_SUITE_SECONDS:-86400} ))
 until_suite_deadline() {  # command...: runs it under timeout until the deadline; past it, starts nothing
