@@ -93,11 +93,11 @@ exit_counts() {  # logs...: how many shards ended with each exit status, on one 
   grep -h "^exit " "$@" | sort | uniq -c | tr '\n' ' '
 }
 
-gpu_test_files() {  # the files of $tests that launch kernels of ours
-  local f
-  for f in $tests; do
-    [ -d "$f" ] && f="$f/test_*.py"
-    for f in $f; do is_host_only "$(basename "$f")" || echo "$f"; done
+gpu_test_files() {  # the files of $tests (a folder stands for its test files) that launch kernels of ours
+  local entry file
+  for entry in $tests; do
+    [ -d "$entry" ] && entry="$entry/test_*.py"
+    for file in $entry; do is_host_only "$(basename "$file")" || echo "$file"; done
   done
 }
 
