@@ -172,14 +172,15 @@ sanitize() {  # tools...
   # Shards past the deadline (GPU_CHECK_SANITIZE_SECONDS from the step's start,
   # if set) are not started, or are stopped: their logs say "exit skipped" or 124.
   # softmax's shards start first: they hold the longest rows.
-  local deadline=$(( $(date +%s) + ${GPU_CHECK_SANITIZE_SECONDS:-86400} ))
+  local deadline=$(( $(date +%s) + ${GPU_CHECK_SANITIZE_SECONDS:-86400} )) processes
+  processes=$(sanitizer_processes)
   for tool in "$@"; do
     local dir=$out/sanitizer/shards-${tool_shard_tests[$tool]}
     for shard in $(ls "$dir" | grep softmax; ls "$dir" | grep -v softmax); do
       printf "%s %s '%s' '%s' '%s' %s\n" "$tool" "$shard" "${tool_flags[$tool]}" \
         "${tool_xla_flags[$tool]:-}" "${tool_pytest_flags[$tool]:-}" "$dir"
     done
-  done | xargs -P "$(sanitizer_processes)" -L 1 bash -c '
+  done | xargs -P "$processes" -L 1 bash -c '
     tool=$0 shard=$1 backend=${1%%-*} log='"$out"'/sanitizer/$0-$1.log
     left=$(( '"$deadline"' - $(date +%s) ))
     if [ $left -le 0 ]; then echo "exit skipped" >$log; exit 0; fi
@@ -207,7 +208,7 @@ sanitize() {  # tools...
       # A shard stopped at the deadline may leave no exit line.
       unfinished=$(grep -L "^exit " "${logs[@]}" | wc -l)
       echo "$tool --backend $backend: $passed passed, $skipped skipped, $errors errors;" \
-        "${#logs[@]} shards, $(sanitizer_processes) at once, $exits$unfinished unfinished"
+        "${#logs[@]} shards, $processes at once, $exits$unfinished unfinished"
       { grep -q "^exit [^0]" "${logs[@]}" || [ "$unfinished" -gt 0 ]; } && failed=1
     done
   done
