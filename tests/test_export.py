@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import subprocess
@@ -15,7 +16,7 @@ import pytest
 from jax import export
 
 import jax_camp
-from helpers import f64, random_normal
+from helpers import f64, on_this_machine, random_normal
 from jax_camp import registration
 from jax_camp.ops import _spec
 
@@ -32,7 +33,8 @@ from jax import export
 import jax_camp  # registers the FFI targets the program calls
 exported = export.deserialize(open(sys.argv[1], "rb").read())
 inputs = np.load(sys.argv[2])
-np.save(sys.argv[3], np.asarray(exported.call(inputs["x"], inputs["w"])))
+calls = len(inputs.files) // 2
+np.savez(sys.argv[3], *[np.asarray(exported.call(inputs[f"x{i}"], inputs[f"w{i}"])) for i in range(calls)])
 """
 
 
@@ -52,31 +54,48 @@ def _program(backend):
     return f
 
 
+# The shape a program is exported for, and the shapes it is called with: "b, c" is
+# shape-polymorphic, one program for every (rows, cols); on a GPU, its CUDA forwards claim the
+# rows of 640 x 131_080 from a row counter (test_symbolic_dims_bring_the_row_counter...).
+_SHAPES = {"concrete": ("6, 40", [(6, 40)]),
+           "symbolic": ("b, c", on_this_machine([(6, 40), (3, 7), (1, 1), (640, 131_080)]))}
+
+
+@pytest.mark.parametrize("shapes", list(_SHAPES))
 @pytest.mark.parametrize("platforms", [None, ("cpu", "cuda")], ids=["this-platform", "cpu+cuda"])
-def test_round_trip_in_a_fresh_process(platforms, backend, tmp_path):
+def test_round_trip_in_a_fresh_process(platforms, shapes, backend, tmp_path):
     if backend == "tilelang":
         pytest.skip("TileLang's targets are compiled per process (test_tilelang_targets_do_not_export)")
     if platforms and backend is not None and backend != "xla":
         pytest.skip(f"backend={backend!r} lowers for one platform; cpu+cuda takes the default")
-    x = random_normal((6, 40), jnp.float32, scale=3.0)
-    w = random_normal((6, 40), jnp.float32)
+    exported_shape, call_shapes = _SHAPES[shapes]
+    arg = jax.ShapeDtypeStruct(export.symbolic_shape(exported_shape), jnp.float32)
     f = _program(backend)
-    exported = export.export(jax.jit(f), disabled_checks=jax_camp.export_checks(), platforms=platforms)(x, w)
+    exported = export.export(jax.jit(f), disabled_checks=jax_camp.export_checks(), platforms=platforms)(arg, arg)
     if backend != "xla":  # the program calls every kernel
         text = exported.mlir_module()
         for spec in registration.SPECS.values():
             assert spec.ffi_target in text, spec.ffi_target
     (tmp_path / "program.bin").write_bytes(exported.serialize())
-    np.savez(tmp_path / "inputs.npz", x=np.asarray(x), w=np.asarray(w))
+    inputs = {}
+    for i, shape in enumerate(call_shapes):
+        inputs[f"x{i}"] = np.asarray(random_normal(shape, jnp.float32, scale=3.0))
+        inputs[f"w{i}"] = np.asarray(random_normal(shape, jnp.float32))
+    np.savez(tmp_path / "inputs.npz", **inputs)
     # From tests/, not the repository root, whose jax_camp/ is the uncompiled source.
     run = subprocess.run(
         [sys.executable, "-c", _CALL_IN_A_FRESH_PROCESS, str(tmp_path / "program.bin"),
-         str(tmp_path / "inputs.npz"), str(tmp_path / "out.npy")],
+         str(tmp_path / "inputs.npz"), str(tmp_path / "out.npz")],
         cwd=Path(__file__).resolve().parent, env=dict(os.environ), capture_output=True, text=True,
         timeout=300,
     )
     assert run.returncode == 0, run.stderr[-3000:]
-    np.testing.assert_allclose(np.load(tmp_path / "out.npy"), f64(jax.jit(f)(x, w)), rtol=1e-6, atol=1e-6)
+    outputs = np.load(tmp_path / "out.npz")
+    for i, shape in enumerate(call_shapes):
+        got = outputs[f"arr_{i}"]
+        assert got.shape == shape
+        np.testing.assert_allclose(got, f64(jax.jit(f)(inputs[f"x{i}"], inputs[f"w{i}"])),
+                                   rtol=1e-6, atol=1e-6)
 
 
 def test_export_checks_name_every_kernel():
@@ -110,3 +129,36 @@ def test_tilelang_targets_do_not_export(backend):
             jax.jit(lambda v: jax_camp.softmax(v, backend=backend)),
             disabled_checks=jax_camp.export_checks(),
         )(x)
+
+
+@pytest.mark.parametrize("shape,counter", [("b, 128", False), ("b, 40000", True), ("16, c", False),
+                                           ("17, c", True), ("b, c", True)])
+def test_symbolic_dims_bring_the_row_counter_wherever_some_size_needs_it(shape, counter, backend):
+    """A symbolic dim is known only when the exported program runs, so the unmasked forward's
+    call brings the row counter (test_softmax.py's ROW_COUNTER_CASES) if any size of that dim
+    would: more than 16 rows, of more than 32768 values."""
+    if backend in ("xla", "tilelang"):
+        pytest.skip("the row counter is the CUDA and host kernels' scratch")
+    arg = jax.ShapeDtypeStruct(export.symbolic_shape(shape), jnp.float32)
+    for op in (jax_camp.softmax, jax_camp.log_softmax):
+        exported = export.export(jax.jit(functools.partial(op, backend=backend)),
+                                 disabled_checks=jax_camp.export_checks())(arg)
+        text = exported.mlir_module()
+        call, = [line for line in text.splitlines() if "custom_call @jax_camp_" in line]
+        assert ("tensor<1xui32>" in call) == counter, call
+
+
+def test_tilelang_kernels_refuse_symbolic_shapes():
+    """A TileLang kernel is compiled for its shape: a symbolic one is a clear ValueError when
+    traced, wherever TileLang is installed (no GPU needed)."""
+    pytest.importorskip("tilelang")
+    pytest.importorskip("jax_tvm_ffi")
+    from jax_camp.tilelang_kernels import bridge
+
+    x = jax.ShapeDtypeStruct(export.symbolic_shape("b, 16"), jnp.float32)
+    for spec in registration.SPECS.values():
+        operands = [x] * spec.arity
+        if spec.mask_operand:
+            operands[-1] = jax.ShapeDtypeStruct(x.shape, jnp.bool_)
+        with pytest.raises(ValueError, match=rf"TileLang {spec.name} .* is symbolic"):
+            export.export(jax.jit(functools.partial(bridge.kernel_call, spec)))(*operands)

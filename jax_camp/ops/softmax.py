@@ -62,10 +62,19 @@ def row_counter(shape: tuple[int, ...]) -> tuple[jax.ShapeDtypeStruct, ...]:
     """The unmasked forward's scratch for operands of ``shape``: a row counter where the
     long-row CUDA kernel's thread-block clusters may claim rows on one (RowCounter,
     csrc/common/row_team.cuh), else none, since XLA allocates each result with its call.
-    Being the call's own, it is never shared by calls in flight at once."""
-    if registration.needs_row_counter(math.prod(shape[:-1]), shape[-1]):
+    Being the call's own, it is never shared by calls in flight at once.
+
+    A symbolic dim (a shape-polymorphic ``jax.export``) counts as the largest a shape can
+    have: the call then brings the counter wherever some size of that dim needs it, and
+    the kernels use it only where the shape the program runs with does."""
+    def known(dim) -> int:
+        return dim if isinstance(dim, int) else _LARGEST_DIM
+    if registration.needs_row_counter(known(math.prod(shape[:-1])), known(shape[-1])):
         return (jax.ShapeDtypeStruct((1,), jnp.uint32),)
     return ()
+
+
+_LARGEST_DIM = 2**63 - 1
 
 
 # The forward kernel normalizes each row of its operand's last dim.

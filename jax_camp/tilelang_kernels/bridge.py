@@ -177,7 +177,8 @@ def kernel_call(spec: OpSpec, *operands: jax.Array) -> jax.Array:
     """Runs the TileLang kernel of ``spec`` on ``operands``.
 
     Raises ValueError (never crashes) for an op without a TileLang kernel, a
-    wrong operand count, mismatched shapes or dtypes, or a dtype without a kernel.
+    wrong operand count, mismatched shapes or dtypes, a dtype without a kernel, or a
+    symbolic shape.
     """
     op = spec.name
     if op not in OPS:
@@ -203,6 +204,11 @@ def kernel_call(spec: OpSpec, *operands: jax.Array) -> jax.Array:
             )
     if spec.along_rows and x.ndim == 0:
         raise ValueError(f"TileLang {op} works along the last dim and needs rank >= 1")
+    if not all(isinstance(dim, int) for dim in x.shape):
+        raise ValueError(
+            f"TileLang {op} compiles a kernel for the shape it runs on, and x's shape {x.shape} "
+            "is symbolic (a shape-polymorphic jax.export); export with backend=None or 'cuda'"
+        )
     return _run(OPS[op], *operands)
 
 
