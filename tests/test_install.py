@@ -101,6 +101,8 @@ def test_tests_import_the_installed_package():
 
     assert Path(_kernels.__file__).is_file()
     assert isinstance(jax_camp.registration.BUILT_WITH_CUDA, bool)
+    # The PEP 561 marker, without which type checkers ignore the public API's hints.
+    assert (Path(jax_camp.__file__).parent / "py.typed").is_file()
 
 
 def test_import_first_in_a_fresh_interpreter(tmp_path):
