@@ -35,11 +35,12 @@ def reduce_sum(
     keepdims: bool = False,
     backend: str | None = None,
 ) -> jax.Array:
-    """Sum of ``x`` over ``axis``, as ``jnp.sum``.
+    """Sum of ``x`` over ``axis``, as ``jnp.sum``, but for the default axis.
 
     Args:
       x: a float32, bfloat16 or float16 array.
-      axis: an int, a tuple of ints, or None for every axis.
+      axis: an int, a tuple of ints, or None for every axis. The default is the last
+        axis (a row sum), where ``jnp.sum``'s is every axis.
       keepdims: keep the reduced axes as dims of size one.
       backend: None (the platform's kernels), "cuda", "cpu", "tilelang" or
         "xla"; see ``jax_camp.backends``.
