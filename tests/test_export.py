@@ -25,7 +25,8 @@ if importlib.util.find_spec("flatbuffers") is None:
         "jax.export's serialization needs flatbuffers: pip install .[export]", allow_module_level=True
     )
 
-# Loads an exported program and its inputs, calls it, and saves what it returns.
+# Loads an exported program and its inputs (x0, w0, x1, w1, ...), calls it on each pair, and
+# saves what it returns (arr_0, arr_1, ...).
 _CALL_IN_A_FRESH_PROCESS = """
 import sys
 import numpy as np
@@ -33,8 +34,9 @@ from jax import export
 import jax_camp  # registers the FFI targets the program calls
 exported = export.deserialize(open(sys.argv[1], "rb").read())
 inputs = np.load(sys.argv[2])
-calls = len(inputs.files) // 2
-np.savez(sys.argv[3], *[np.asarray(exported.call(inputs[f"x{i}"], inputs[f"w{i}"])) for i in range(calls)])
+calls = range(len(inputs.files) // 2)
+outputs = [np.asarray(exported.call(inputs[f"x{i}"], inputs[f"w{i}"])) for i in calls]
+np.savez(sys.argv[3], *outputs)
 """
 
 

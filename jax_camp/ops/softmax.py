@@ -58,6 +58,11 @@ def masked_across_devices(combine, masked_value: float):
     return combine_masked
 
 
+# What a symbolic dim (a shape-polymorphic jax.export) counts as in row_counter: it may take
+# any size, up to the largest.
+_LARGEST_DIM = 2**63 - 1
+
+
 def row_counter(shape: tuple[int, ...]) -> tuple[jax.ShapeDtypeStruct, ...]:
     """The unmasked forward's scratch for operands of ``shape``: a row counter where the
     long-row CUDA kernel's thread-block clusters may claim rows on one (RowCounter,
@@ -69,12 +74,10 @@ def row_counter(shape: tuple[int, ...]) -> tuple[jax.ShapeDtypeStruct, ...]:
     the kernels use it only where the shape the program runs with does."""
     def known(dim) -> int:
         return dim if isinstance(dim, int) else _LARGEST_DIM
+
     if registration.needs_row_counter(known(math.prod(shape[:-1])), known(shape[-1])):
         return (jax.ShapeDtypeStruct((1,), jnp.uint32),)
     return ()
-
-
-_LARGEST_DIM = 2**63 - 1
 
 
 # The forward kernel normalizes each row of its operand's last dim.
