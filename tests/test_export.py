@@ -100,6 +100,33 @@ def test_round_trip_in_a_fresh_process(platforms, shapes, backend, tmp_path):
                                    rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("shapes", list(_SHAPES))
+def test_serialized_vjp_differentiates_to_second_order(shapes, backend):
+    """``serialize(vjp_order=2)`` carries the backward kernels and their own backward, so a
+    deserialized program has the gradients of the original, to second order."""
+    if backend == "tilelang":
+        pytest.skip("TileLang's targets are compiled per process (test_tilelang_targets_do_not_export)")
+    exported_shape, call_shapes = _SHAPES[shapes]
+    arg = jax.ShapeDtypeStruct(export.symbolic_shape(exported_shape), jnp.float32)
+
+    def loss(x):
+        y = jax_camp.softmax(x, backend=backend) + jax_camp.log_softmax(x, backend=backend)
+        masked = jax_camp.softmax(x, where=x > 0, backend=backend)
+        return jnp.sum(jax_camp.vector_add(y, masked, backend=backend) * jnp.cos(x))
+
+    exported = export.export(jax.jit(loss), disabled_checks=jax_camp.export_checks())(arg)
+    loaded = export.deserialize(exported.serialize(vjp_order=2))
+    if backend != "xla":
+        vjp_text = loaded.vjp().mlir_module()
+        for name in ("softmax_backward", "log_softmax_backward"):
+            assert registration.SPECS[name].ffi_target in vjp_text, name
+    x = random_normal(call_shapes[0], jnp.float32, scale=3.0)
+    np.testing.assert_allclose(f64(jax.grad(loaded.call)(x)), f64(jax.grad(loss)(x)), rtol=1e-6, atol=1e-6)
+    second = lambda g: jax.grad(lambda v: jnp.sum(g(v) * jnp.sin(v)))
+    np.testing.assert_allclose(f64(second(jax.grad(loaded.call))(x)), f64(second(jax.grad(loss))(x)),
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_export_checks_name_every_kernel():
     checks = jax_camp.export_checks()
     assert checks == [
