@@ -341,3 +341,44 @@ def mesh_test_explicit_mesh_axes(backend):
         grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
         for got, want in zip(grad(xs, ys, backend), grad(x, y, backend)):
             assert_close(got, want, jnp.float32)
+
+
+def mesh_test_sharded_programs_do_not_export(backend):
+    """What README and docs/sharding.md say of jax.export over a mesh: the kernels' partitioning
+    is Python callbacks, which jax.export refuses, and custom_partitioning has no symbolic
+    shapes. Should a jax release lift either, this fails, and the docs change."""
+    if backend == "xla":
+        pytest.skip("the xla backend is plain JAX, which exports sharded")
+    from jax import export
+
+    mesh = _mesh("1d")
+    sharding = NamedSharding(mesh, P("d"))
+    f = jax.jit(lambda v: jax_camp.softmax(v, backend=backend), in_shardings=sharding,
+                out_shardings=sharding)
+    for shape, error, message in (("16, 24", NotImplementedError, "host_callbacks"),
+                                  ("8*b, c", ValueError, "static shape")):
+        arg = jax.ShapeDtypeStruct(export.symbolic_shape(shape), jnp.float32, sharding=sharding)
+        with pytest.raises(error, match=message):
+            export.export(f, disabled_checks=jax_camp.export_checks())(arg)
+
+
+def mesh_test_shard_map_programs_export(backend):
+    """Inside shard_map the kernels are plain calls, so that program exports, serializes and runs
+    (concrete shapes: jax fails to run a symbolic one, even of jax.nn.softmax)."""
+    pytest.importorskip("flatbuffers", reason="jax.export's serialization: pip install .[export]")
+    from jax import export
+
+    mesh = _mesh("1d")
+    sharding = NamedSharding(mesh, P("d"))
+
+    def per_device(v):
+        return jax_camp.vector_add(jax_camp.softmax(v, backend=backend),
+                                   jax_camp.reduce_sum(v, keepdims=True, backend=backend), backend=backend)
+
+    f = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+    x = jax.device_put(random_normal((16, 24), jnp.float32), sharding)
+    exported = export.export(f, disabled_checks=jax_camp.export_checks())(x)
+    if backend != "xla":
+        assert SOFTMAX.ffi_target in exported.mlir_module()
+    loaded = export.deserialize(exported.serialize())
+    assert_close(loaded.call(x), jax.nn.softmax(x) + jnp.sum(x, axis=-1, keepdims=True), jnp.float32)
