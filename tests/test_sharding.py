@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import export
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
@@ -349,8 +350,6 @@ def mesh_test_sharded_programs_do_not_export(backend):
     shapes. Should a jax release lift either, this fails, and the docs change."""
     if backend == "xla":
         pytest.skip("the xla backend is plain JAX, which exports sharded")
-    from jax import export
-
     mesh = _mesh("1d")
     sharding = NamedSharding(mesh, P("d"))
     f = jax.jit(lambda v: jax_camp.softmax(v, backend=backend), in_shardings=sharding,
@@ -366,8 +365,6 @@ def mesh_test_shard_map_programs_export(backend):
     """Inside shard_map the kernels are plain calls, so that program exports, serializes and runs
     (concrete shapes: jax fails to run a symbolic one, even of jax.nn.softmax)."""
     pytest.importorskip("flatbuffers", reason="jax.export's serialization: pip install .[export]")
-    from jax import export
-
     mesh = _mesh("1d")
     sharding = NamedSharding(mesh, P("d"))
 
