@@ -24,6 +24,7 @@ from jax.core import ShapedArray
 from jax.extend.core import Primitive
 from jax._src import dispatch
 from jax.interpreters import ad, batching, mlir
+from jax.sharding import NamedSharding, PartitionSpec
 
 from jax_camp import registration, sharding
 from jax_camp.ops._spec import OpSpec
@@ -85,9 +86,7 @@ def primitive(spec: OpSpec) -> Primitive:
     if spec.name in _PRIMITIVES:
         return _PRIMITIVES[spec.name]
     p = Primitive(spec.ffi_target)
-    p.def_abstract_eval(
-        lambda operand, *_, backend: ShapedArray(spec.result_shape(operand.shape), operand.dtype)
-    )
+    p.def_abstract_eval(functools.partial(_result_type, spec))
     p.def_impl(lambda *xs, backend: _jitted_bind(p, backend)(*xs))
     batching.primitive_batchers[p] = functools.partial(_batch_as_rows, p)
     mlir.register_lowering(p, functools.partial(_lowering, spec))
@@ -99,6 +98,16 @@ def primitive(spec: OpSpec) -> Primitive:
 
 
 _PRIMITIVES: dict[str, Primitive] = {}
+
+
+def _result_type(spec: OpSpec, operand: ShapedArray, *_, backend: str) -> ShapedArray:
+    """The kernel's result type: ``spec.result_shape`` of the first operand's shape, in its dtype,
+    sharded as the first operand is along the dims the result keeps. Under a mesh of Explicit
+    axes, where shardings are part of the types, the ops after the kernel see that sharding."""
+    shape = spec.result_shape(operand.shape)
+    names = (*operand.sharding.spec, *(None,) * operand.ndim)[: len(shape)]
+    sharding = NamedSharding(operand.sharding.mesh, PartitionSpec(*names))
+    return operand.update(shape=shape, weak_type=False, sharding=sharding)
 
 
 @functools.lru_cache(maxsize=None)
@@ -113,7 +122,7 @@ def _batch_as_rows(p: Primitive, operands, batch_dims, *, backend: str):
         jnp.broadcast_to(x, (size, *x.shape)) if d is None else jnp.moveaxis(x, d, 0)
         for x, d in zip(operands, batch_dims)
     ]
-    return p.bind(*operands, backend=backend), 0
+    return _bind(p, *operands, backend=backend), 0
 
 
 def _lowering(spec: OpSpec, ctx, *operands, backend: str):
@@ -138,7 +147,21 @@ def kernel_call(spec: OpSpec, backend: str, *operands: jax.Array) -> jax.Array:
     Under ``jax.jit`` over a mesh the call is partitioned along the operands' sharding (see
     ``jax_camp.sharding``), and under ``jax.vmap`` batched as extra rows.
     """
-    return primitive(spec).bind(*operands, backend=backend)
+    return _bind(primitive(spec), *operands, backend=backend)
+
+
+def _bind(p: Primitive, *operands: jax.Array, backend: str) -> jax.Array:
+    """``p.bind``, its operands first made to vary over the same manual mesh axes inside
+    ``shard_map``, as JAX's own ops of several operands make theirs: the result then varies
+    wherever an operand does, and the gradient of an operand that did not vary is summed over
+    the devices (the transpose of ``pcast``). Outside shard_map nothing varies and nothing changes."""
+    varying = [jax.typeof(x).mat.varying for x in operands]
+    every = frozenset().union(*varying)
+    operands = tuple(
+        x if v == every else jax.lax.pcast(x, tuple(n for n in every if n not in v), to="varying")
+        for x, v in zip(operands, varying)
+    )
+    return p.bind(*operands, backend=backend)
 
 
 def _local_kernel_call(spec: OpSpec, backend: str, *operands: jax.Array) -> jax.Array:
@@ -163,9 +186,9 @@ def def_jvp_from_output(
 
     def jvp(primals, tangents, *, backend: str):
         (x, *rest), (t, *_) = primals, tangents
-        y = p.bind(x, *rest, backend=backend)
+        y = _bind(p, x, *rest, backend=backend)
         t = ad.instantiate_zeros(t).astype(y.dtype)
-        dy = tangent.bind(y, t, backend=backend)
+        dy = _bind(tangent, y, t, backend=backend)
         return y, dy if finish is None else finish(dy, *rest)
 
     ad.primitive_jvps[p] = jvp
@@ -182,13 +205,13 @@ def def_linear_in_second(
     transpose in ``v`` is the kernel ``transpose(y, ct)``. ``y`` is never a linear input."""
 
     def jvp_in_second(dv: jax.Array, y: jax.Array, v: jax.Array, *, backend: str) -> jax.Array:
-        return p.bind(y, dv.astype(y.dtype), backend=backend)
+        return _bind(p, y, dv.astype(y.dtype), backend=backend)
 
     def transpose_rule(ct, y, v, *, backend: str):
         assert not ad.is_undefined_primal(y), "linear in its second operand alone"
         if type(ct) is ad.Zero:
             return None, ad.Zero(v.aval)
-        return None, transpose.bind(y, ct, backend=backend)
+        return None, _bind(transpose, y, ct, backend=backend)
 
     ad.defjvp(p, jvp_in_first, jvp_in_second)
     ad.primitive_transposes[p] = transpose_rule

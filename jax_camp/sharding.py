@@ -32,7 +32,7 @@ from typing import Callable
 
 import jax
 from jax.experimental.custom_partitioning import custom_partitioning
-from jax.sharding import NamedSharding, PartitionSpec
+from jax.sharding import AxisType, NamedSharding, PartitionSpec
 
 from jax_camp.ops._spec import OpSpec
 
@@ -53,6 +53,9 @@ def _partitioned(kernel: Kernel, spec: OpSpec, backend: str, *operands: jax.Arra
 def _partition_spec(shape: jax.ShapeDtypeStruct) -> tuple:
     """``shape``'s partition spec with one entry per dim."""
     sharding = shape.sharding
+    if not isinstance(sharding, NamedSharding) and sharding.is_fully_replicated:
+        # An array off the mesh, under jax.set_mesh: whole on every device.
+        return (None,) * len(shape.shape)
     if not isinstance(sharding, NamedSharding):
         # Only a mesh names the axes that the collectives run over. The
         # partitioner gives none in a shard_map over only some mesh axes.
@@ -85,10 +88,15 @@ def _partition(kernel, spec, backend, mesh, arg_shapes, result_shape):
         # the row's max and sum: gather the reduced dim instead.
         partition, reduced_axes = (*partition[:-1], None), None
 
+    # Traced as shard_map traces its body, every mesh axis manual: under jax.set_mesh over Explicit
+    # axes its ops would otherwise carry sharding annotations that no later pass removes.
+    manual = mesh.abstract_mesh.update_axis_types({name: AxisType.Manual for name in mesh.axis_names})
+
     def per_device(*xs: jax.Array) -> jax.Array:
-        if reduced_axes is None:
-            return kernel(spec, backend, *xs)
-        return combine(functools.partial(kernel, spec, backend), reduced_axes, *xs)
+        with jax.sharding.use_abstract_mesh(manual):
+            if reduced_axes is None:
+                return kernel(spec, backend, *xs)
+            return combine(functools.partial(kernel, spec, backend), reduced_axes, *xs)
 
     operand_sharding = NamedSharding(mesh, PartitionSpec(*partition))
     result_rank = _result_rank(spec, arg_shapes[0])

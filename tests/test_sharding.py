@@ -10,6 +10,7 @@ functions instead, started beside the other tests (tests/background_runs.py);
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -255,15 +256,42 @@ def mesh_test_inside_shard_map(mesh_name, backend):
     if backend != "xla":
         assert SOFTMAX.ffi_target in mapped.lower(xs, ys).compile().as_text()
 
-    # The kernels' results are typed as invariant across the manual axes, which
-    # the softmax backward's type check rejects; see docs/sharding.md.
-    def loss(a, b):
-        return (_shard_map(block, checked=False, **specs)(a, b)[3] * b).sum()
 
-    def unmapped_loss(a, b):
-        return (block(a, b)[3] * b).sum()
 
-    assert_close(jax.jit(jax.grad(loss))(xs, ys), jax.grad(unmapped_loss)(x, y), jnp.float32)
+@pytest.mark.parametrize("op", GRADS)
+def mesh_test_gradients_inside_shard_map(op, backend):
+    """shard_map's type check (check_vma) passes: a kernel's result varies over the manual axes
+    as its operands do. The middle dim, which no op reduces, is split over the devices."""
+    mesh = _mesh("2d")
+    middle = P(None, mesh.axis_names)
+    x, y, xs, ys = _inputs(mesh, middle)
+    loss = _shard_map(lambda a, b: jax.lax.psum(GRADS[op](a, b, backend), mesh.axis_names),
+                      mesh=mesh, in_specs=(middle, middle), out_specs=P())
+    grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(xs, ys)
+    for got, want in zip(grads, jax.grad(GRADS[op], argnums=(0, 1))(x, y, backend)):
+        assert_close(got, want, jnp.float32)
+
+
+def mesh_test_operands_that_do_not_vary_inside_shard_map(backend):
+    """An operand the same on every device (in_specs P()) beside one that varies, as JAX's own
+    ops take them: the result varies, and the invariant operand's gradient is summed over the
+    devices."""
+    mesh = _mesh("1d")
+    _, _, xs, _ = _inputs(mesh, P("d"))
+    w = random_normal(SHAPE[1:], jnp.float32)
+
+    def losses(add, softmax):
+        def per_device(a, v):
+            return jax.lax.psum(((add(v, a) ** 2).sum(), (add(a, v) * a).sum(),
+                                 (softmax(jnp.broadcast_to(v, a.shape), a > 0) * a).sum()), "d")
+        return _shard_map(per_device, mesh=mesh, in_specs=(P("d"), P()), out_specs=P())
+
+    ours = losses(lambda a, b: jax_camp.vector_add(a, b, backend=backend),
+                  lambda v, m: jax_camp.softmax(v, where=m, backend=backend))
+    theirs = losses(jnp.add, lambda v, m: jax.nn.softmax(v, where=m))
+    for i in range(3):
+        got = jax.jit(jax.grad(lambda v: ours(xs, v)[i]))(w)
+        assert_close(got, jax.jit(jax.grad(lambda v: theirs(xs, v)[i]))(w), jnp.float32)
 
 
 def mesh_test_vmap_over_sharded_rows(backend):
@@ -328,20 +356,27 @@ def mesh_test_uneven_split_of_reduced_dim(backend):
         assert_close(got, ref(x[:, :29]), jnp.float32)
 
 
-def mesh_test_explicit_mesh_axes(backend):
-    """jax.make_mesh's default axis type, where shardings are part of the types."""
+@pytest.mark.parametrize("set_mesh", [False, True])
+def mesh_test_explicit_mesh_axes(set_mesh, backend):
+    """jax.make_mesh's default axis type, where shardings are part of the types: each result is
+    typed, and placed, as JAX's own function's is, gradients too; with the mesh given to
+    jax.set_mesh as well, as JAX's sharding guide does."""
     mesh = _mesh("2d", AxisType.Explicit)
     spec = P("a", None, "b")
     x, y, xs, ys = _inputs(mesh, spec)
-    for op, (reduced, f) in OPS.items():
-        out = jax.jit(lambda a, b: f(a, b, backend))(xs, ys)
-        assert_close(out, f(x, y, backend), jnp.float32)
-        expected = _expected_spec(spec, reduced, keeps_reduced_dim="softmax" in op)
-        assert out.sharding.is_equivalent_to(NamedSharding(mesh, expected), out.ndim), (op, out.sharding)
-    for op, loss in GRADS.items():
-        grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
-        for got, want in zip(grad(xs, ys, backend), grad(x, y, backend)):
-            assert_close(got, want, jnp.float32)
+    with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
+        for op, (reduced, f) in OPS.items():
+            types = []
+            out = jax.jit(lambda a, b: types.append(jax.typeof(f(a, b, backend))) or f(a, b, backend))(xs, ys)
+            assert_close(out, f(x, y, backend), jnp.float32)
+            expected = NamedSharding(mesh, _expected_spec(spec, reduced, keeps_reduced_dim="softmax" in op))
+            assert out.sharding.is_equivalent_to(expected, out.ndim), (op, out.sharding)
+            assert types[0].sharding.spec == expected.spec, (op, types[0])
+        for op, loss in GRADS.items():
+            grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
+            for got, want in zip(grad(xs, ys, backend), grad(x, y, backend)):
+                assert_close(got, want, jnp.float32)
+                assert got.sharding.is_equivalent_to(xs.sharding, got.ndim), (op, got.sharding)
 
 
 def mesh_test_sharded_programs_do_not_export(backend):

@@ -70,7 +70,8 @@ def _reduce_sum(x: jax.Array, axes: tuple[int, ...], keepdims: bool, backend: st
 
 
 def _reduce_sum_transpose(ct: jax.Array, x, *, backend: str) -> list[jax.Array]:
-    return [jnp.broadcast_to(ct[..., None], x.aval.shape)]
+    # Sharded as x is, its summed dim too: under a mesh of Explicit axes the type says so.
+    return [jnp.broadcast_to(ct[..., None], x.aval.shape, out_sharding=x.aval.sharding)]
 
 
 # The sum is linear: its tangent is the sum of the tangent (by the kernel), and each row's
