@@ -257,7 +257,6 @@ def mesh_test_inside_shard_map(mesh_name, backend):
         assert SOFTMAX.ffi_target in mapped.lower(xs, ys).compile().as_text()
 
 
-
 @pytest.mark.parametrize("op", GRADS)
 def mesh_test_gradients_inside_shard_map(op, backend):
     """shard_map's type check (check_vma) passes: a kernel's result varies over the manual axes
@@ -367,11 +366,17 @@ def mesh_test_explicit_mesh_axes(set_mesh, backend):
     with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
         for op, (reduced, f) in OPS.items():
             types = []
-            out = jax.jit(lambda a, b: types.append(jax.typeof(f(a, b, backend))) or f(a, b, backend))(xs, ys)
+
+            def traced(a, b):
+                result = f(a, b, backend)
+                types.append(jax.typeof(result))
+                return result
+
+            out = jax.jit(traced)(xs, ys)
             assert_close(out, f(x, y, backend), jnp.float32)
-            expected = NamedSharding(mesh, _expected_spec(spec, reduced, keeps_reduced_dim="softmax" in op))
-            assert out.sharding.is_equivalent_to(expected, out.ndim), (op, out.sharding)
-            assert types[0].sharding.spec == expected.spec, (op, types[0])
+            expected = _expected_spec(spec, reduced, keeps_reduced_dim="softmax" in op)
+            assert out.sharding.is_equivalent_to(NamedSharding(mesh, expected), out.ndim), (op, out.sharding)
+            assert types[0].sharding.spec == expected, (op, types[0])
         for op, loss in GRADS.items():
             grad = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)
             for got, want in zip(grad(xs, ys, backend), grad(x, y, backend)):
