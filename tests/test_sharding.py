@@ -226,15 +226,6 @@ def mesh_test_second_order_partitions(mesh_name, spec, op, backend):
     assert_close(second.lower(xs, ys).compile()(xs, ys), want, jnp.float32, scale=scale)
 
 
-def _shard_map(f, *, checked: bool = True, **kwargs):
-    """jax.shard_map, or jax.experimental's in older jax."""
-    if hasattr(jax, "shard_map"):
-        return jax.shard_map(f, check_vma=checked, **kwargs)
-    from jax.experimental.shard_map import shard_map
-
-    return shard_map(f, check_rep=checked, **kwargs)
-
-
 @pytest.mark.parametrize("mesh_name", ["1d", "2d"])
 def mesh_test_inside_shard_map(mesh_name, backend):
     mesh = _mesh(mesh_name)
@@ -250,7 +241,7 @@ def mesh_test_inside_shard_map(mesh_name, backend):
         )
 
     specs = {"mesh": mesh, "in_specs": (rows, rows), "out_specs": (rows,) * 4}
-    mapped = jax.jit(_shard_map(block, **specs))
+    mapped = jax.jit(jax.shard_map(block, **specs))
     for got, want in zip(mapped(xs, ys), block(x, y)):
         assert_close(got, want, jnp.float32)
     if backend != "xla":
@@ -264,7 +255,7 @@ def mesh_test_gradients_inside_shard_map(op, backend):
     mesh = _mesh("2d")
     middle = P(None, mesh.axis_names)
     x, y, xs, ys = _inputs(mesh, middle)
-    loss = _shard_map(lambda a, b: jax.lax.psum(GRADS[op](a, b, backend), mesh.axis_names),
+    loss = jax.shard_map(lambda a, b: jax.lax.psum(GRADS[op](a, b, backend), mesh.axis_names),
                       mesh=mesh, in_specs=(middle, middle), out_specs=P())
     grads = jax.jit(jax.grad(loss, argnums=(0, 1)))(xs, ys)
     for got, want in zip(grads, jax.grad(GRADS[op], argnums=(0, 1))(x, y, backend)):
@@ -283,7 +274,7 @@ def mesh_test_operands_that_do_not_vary_inside_shard_map(backend):
         def per_device(a, v):
             return jax.lax.psum(((add(v, a) ** 2).sum(), (add(a, v) * a).sum(),
                                  (softmax(jnp.broadcast_to(v, a.shape), a > 0) * a).sum()), "d")
-        return _shard_map(per_device, mesh=mesh, in_specs=(P("d"), P()), out_specs=P())
+        return jax.shard_map(per_device, mesh=mesh, in_specs=(P("d"), P()), out_specs=P())
 
     ours = losses(lambda a, b: jax_camp.vector_add(a, b, backend=backend),
                   lambda v, m: jax_camp.softmax(v, where=m, backend=backend))
