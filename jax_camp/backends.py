@@ -104,10 +104,9 @@ def _result_type(spec: OpSpec, operand: ShapedArray, *_, backend: str) -> Shaped
     """The kernel's result type: ``spec.result_shape`` of the first operand's shape, in its dtype,
     sharded as the first operand is along the dims the result keeps. Under a mesh of Explicit
     axes, where shardings are part of the types, the ops after the kernel see that sharding."""
-    shape = spec.result_shape(operand.shape)
-    names = (*operand.sharding.spec, *(None,) * operand.ndim)[: len(shape)]
-    sharding = NamedSharding(operand.sharding.mesh, PartitionSpec(*names))
-    return operand.update(shape=shape, weak_type=False, sharding=sharding)
+    partition = PartitionSpec(*sharding.result_partition(spec, operand))
+    return operand.update(shape=spec.result_shape(operand.shape), weak_type=False,
+                          sharding=NamedSharding(operand.sharding.mesh, partition))
 
 
 @functools.lru_cache(maxsize=None)

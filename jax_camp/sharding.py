@@ -71,10 +71,14 @@ def _result_rank(spec: OpSpec, operand: jax.ShapeDtypeStruct) -> int:
     return len(spec.result_shape(operand.shape))
 
 
+def result_partition(spec: OpSpec, operand: jax.ShapeDtypeStruct) -> tuple:
+    """The partition spec of the kernel's result: its first operand's, along the dims the result
+    keeps (every result dim is an operand dim of the same index; reduce_sum drops the last)."""
+    return _partition_spec(operand)[: _result_rank(spec, operand)]
+
+
 def _infer_sharding_from_operands(kernel, spec, backend, mesh, arg_shapes, result_shape):
-    # Every result dim is an operand dim of the same index (reduce_sum drops the last).
-    partition = _partition_spec(arg_shapes[0])[: _result_rank(spec, arg_shapes[0])]
-    return NamedSharding(mesh, PartitionSpec(*partition))
+    return NamedSharding(mesh, PartitionSpec(*result_partition(spec, arg_shapes[0])))
 
 
 def _partition(kernel, spec, backend, mesh, arg_shapes, result_shape):
@@ -118,4 +122,4 @@ _partitioned.def_partition(
     sharding_rule=_sharding_rule,
 )
 
-__all__ = ("Kernel", "partitioned_call")
+__all__ = ("Kernel", "partitioned_call", "result_partition")
