@@ -87,7 +87,9 @@ def primitive(spec: OpSpec) -> Primitive:
         return _PRIMITIVES[spec.name]
     p = Primitive(spec.ffi_target)
     p.def_abstract_eval(functools.partial(_result_type, spec))
-    p.def_impl(lambda *xs, backend: _jitted_bind(p, backend)(*xs))
+    # Outside jit the primitive runs as its own compiled call, as JAX's primitives do; JAX's
+    # impl rule also holds under jax.disable_jit, where a jax.jit of p.bind would call itself.
+    p.def_impl(functools.partial(dispatch.apply_primitive, p))
     batching.primitive_batchers[p] = functools.partial(_batch_as_rows, p)
     mlir.register_lowering(p, functools.partial(_lowering, spec))
     # The lowering holds a custom_partitioning call, which needs the devices to lower for; JAX
@@ -107,12 +109,6 @@ def _result_type(spec: OpSpec, operand: ShapedArray, *_, backend: str) -> Shaped
     partition = PartitionSpec(*sharding.result_partition(spec, operand))
     return operand.update(shape=spec.result_shape(operand.shape), weak_type=False,
                           sharding=NamedSharding(operand.sharding.mesh, partition))
-
-
-@functools.lru_cache(maxsize=None)
-def _jitted_bind(p: Primitive, backend: str):
-    """A primitive bound outside jit runs as its own jitted call, compiled once per backend."""
-    return jax.jit(functools.partial(p.bind, backend=backend))
 
 
 def _batch_as_rows(p: Primitive, operands, batch_dims, *, backend: str):

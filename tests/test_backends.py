@@ -140,6 +140,31 @@ def test_chained_calls_read_each_others_outputs(op, backend):
     np.testing.assert_allclose(f64(chain(backend)(x)), f64(chain("xla")(x)), rtol=1e-4, atol=1e-4)
 
 
+# Every kernel of every op, forward and backward: the masked ops and a gradient included.
+EAGER_CALLS = {
+    "copy": lambda x, b: jax_camp.copy(x, backend=b),
+    "vector_add": lambda x, b: jax_camp.vector_add(x, 2.0 * x, backend=b),
+    "reduce_sum": lambda x, b: jax_camp.reduce_sum(x, axis=1, backend=b),
+    "softmax": lambda x, b: jax_camp.softmax(x, where=x > -1, backend=b),
+    "log_softmax": lambda x, b: jax_camp.log_softmax(x, where=x > -1, backend=b),
+    "softmax_grad": lambda x, b: jax.grad(
+        lambda x: jnp.sum(jax_camp.softmax(x, backend=b) * jnp.cos(x)))(x),
+    "log_softmax_grad": lambda x, b: jax.grad(
+        lambda x: jnp.sum(jax_camp.log_softmax(x, backend=b) * jnp.cos(x)))(x),
+}
+
+
+@pytest.mark.parametrize("op", EAGER_CALLS)
+def test_calls_outside_jit_and_under_disable_jit_run_the_kernels(op, backend):
+    """Outside jit each kernel runs as its own compiled call, as JAX's primitives do, also under
+    jax.disable_jit (a debugging switch), where a kernel that jitted its own bind recursed."""
+    x = random_normal((8, 40), jnp.float32)
+    expected = f64(jax.jit(functools.partial(EAGER_CALLS[op], b=backend))(x))
+    np.testing.assert_allclose(f64(EAGER_CALLS[op](x, backend)), expected, rtol=1e-6, atol=1e-6)
+    with jax.disable_jit():
+        np.testing.assert_allclose(f64(EAGER_CALLS[op](x, backend)), expected, rtol=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("name", registration.SPECS)
 def test_each_kernel_description_calls_its_target_for_its_result(name):
     spec = registration.SPECS[name]
