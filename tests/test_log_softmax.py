@@ -195,3 +195,5 @@ def test_where_derivatives_match_jax(backend):
 def test_rejects_a_where_that_does_not_broadcast(backend):
     with pytest.raises(ValueError, match="jax_camp.log_softmax: where has shape"):
         jax_camp.log_softmax(jnp.ones((2, 4)), where=jnp.ones((2, 3), bool), backend=backend)
+    with pytest.raises(ValueError, match=r"where has shape \(1, 2, 4\), which does not broadcast"):
+        jax_camp.log_softmax(jnp.ones((2, 4)), where=jnp.ones((1, 2, 4), bool), backend=backend)

@@ -492,6 +492,11 @@ def test_rejects_a_where_that_does_not_broadcast_or_is_not_boolean(backend):
     with pytest.raises(ValueError, match=r"jax_camp.softmax: where has shape \(3,\), which does not "
                                          r"broadcast to x's shape \(2, 4\)"):
         jax_camp.softmax(jnp.ones((2, 4)), where=jnp.ones(3, bool), backend=backend)
+    # The result keeps x's shape: a mask that would grow x (jax.nn.softmax grows it) is refused.
+    for x_shape, where_shape in [((2, 4), (1, 2, 4)), ((2, 1), (2, 3))]:
+        with pytest.raises(ValueError, match=rf"where has shape \({where_shape[0]}, "):
+            jax_camp.softmax(jnp.ones(x_shape), axis=0, where=jnp.ones(where_shape, bool),
+                             backend=backend)
     with pytest.raises(TypeError, match="jax_camp.softmax: where must be an array or a scalar"):
         jax_camp.softmax(jnp.ones((2, 4)), where=[True, False, True, True], backend=backend)
     # Boolean, as jax.nn.softmax's (which raises a ValueError from jnp.max).
