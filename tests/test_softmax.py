@@ -342,10 +342,21 @@ def test_rejects_bad_axis(axis, backend):
         jax_camp.softmax(jnp.ones((2, 3)), axis=axis, backend=backend)
 
 
-@pytest.mark.parametrize("axis", [1.0, "x"])
+@pytest.mark.parametrize("axis", [1.0, "x", True, (0, 1.0), np.ones(1, np.int32),
+                                  np.array(1.0)])
 def test_rejects_axis_of_wrong_type(axis, backend):
     with pytest.raises(TypeError, match="axis must be an int or a tuple of ints"):
         jax_camp.softmax(jnp.ones((2, 3)), axis=axis, backend=backend)
+
+
+@pytest.mark.parametrize("axis", [np.int64(0), np.array(0), jnp.array(0), [jnp.array(0), 1]])
+def test_takes_the_axes_jnp_takes(axis, backend):
+    """NumPy integers and concrete 0-d integer arrays, as jax.nn.softmax takes them."""
+    x = random_normal((4, 6), jnp.float32)
+    assert_close(jax_camp.softmax(x, axis=axis, backend=backend), jax.nn.softmax(x, axis=axis),
+                 jnp.float32)
+    with pytest.raises(TypeError):  # as jax.nn.softmax: an axis traced under jit is no axis
+        jax.jit(lambda x, a: jax_camp.softmax(x, axis=a, backend=backend))(x, jnp.array(0))
 
 
 @pytest.mark.parametrize("shape", [(3, 4, 5), (7,), ()])

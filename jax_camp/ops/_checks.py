@@ -4,6 +4,7 @@ TypeError for a wrong dtype or argument type, ValueError for a wrong value."""
 from __future__ import annotations
 
 import math
+import operator
 from typing import Sequence, Union
 
 import jax
@@ -82,11 +83,16 @@ def normalize_axes(op: str, axis: Axis, ndim: int) -> tuple[int, ...]:
     """``axis`` as sorted non-negative ints; None means every axis."""
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else axis
-    if not isinstance(axes, (tuple, list)) or not all(
-        isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axes
-    ):
-        raise TypeError(f"jax_camp.{op}: axis must be an int or a tuple of ints, got {axis!r}")
+    axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    try:
+        # operator.index takes what jnp takes as an axis: ints, NumPy integers and concrete
+        # 0-d integer arrays. A bool is refused, though Python counts it an int.
+        if any(isinstance(a, (bool, np.bool_)) for a in axes):
+            raise TypeError
+        axes = [operator.index(a) for a in axes]
+    except TypeError:
+        raise TypeError(
+            f"jax_camp.{op}: axis must be an int or a tuple of ints, got {axis!r}") from None
     normalized = []
     for a in axes:
         if not -ndim <= a < ndim:
