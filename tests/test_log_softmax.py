@@ -192,7 +192,7 @@ def test_where_derivatives_match_jax(backend):
     np.testing.assert_allclose(f64(raw[0]), f64(raw[1]), rtol=1e-4, atol=1e-5)
 
 
-def test_rejects_a_where_that_does_not_broadcast(backend):
+def test_rejects_a_where_that_does_not_broadcast_to_x(backend):
     with pytest.raises(ValueError, match="jax_camp.log_softmax: where has shape"):
         jax_camp.log_softmax(jnp.ones((2, 4)), where=jnp.ones((2, 3), bool), backend=backend)
     with pytest.raises(ValueError, match=r"where has shape \(1, 2, 4\), which does not broadcast"):

@@ -167,3 +167,20 @@ def test_rejects_unsupported_dtype(backend):
 def test_rejects_bad_axis(axis, backend):
     with pytest.raises(ValueError, match="jax_camp.reduce_sum: axis"):
         jax_camp.reduce_sum(jnp.ones((2, 3)), axis=axis, backend=backend)
+
+
+@pytest.mark.parametrize("axis", [1.0, "x", True, (0, 1.0), np.ones(1, np.int32), np.array(1.0)])
+def test_rejects_axis_of_wrong_type(axis, backend):
+    with pytest.raises(TypeError, match="jax_camp.reduce_sum: axis must be an int or a tuple of ints"):
+        jax_camp.reduce_sum(jnp.ones((2, 3)), axis=axis, backend=backend)
+
+
+@pytest.mark.parametrize("axis,same_axis", [(np.int64(0), 0), (np.array(0), 0), (jnp.array(0), 0),
+                                            ([jnp.array(0), 1], (0, 1))])
+def test_takes_the_axes_jnp_takes(axis, same_axis, backend):
+    """NumPy integers and concrete 0-d integer arrays, as jnp.sum takes them (every op's axis
+    is read by the same check)."""
+    x = random_normal((4, 6), jnp.float32)
+    check(x, jax_camp.reduce_sum(x, axis=axis, backend=backend), same_axis)
+    with pytest.raises(TypeError):  # as jnp.sum: an axis traced under jit is no axis
+        jax.jit(lambda x, a: jax_camp.reduce_sum(x, axis=a, backend=backend))(x, jnp.array(0))
