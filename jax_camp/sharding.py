@@ -42,19 +42,33 @@ Kernel = Callable[..., jax.Array]
 
 def partitioned_call(kernel: Kernel, spec: OpSpec, backend: str, *operands: jax.Array) -> jax.Array:
     """``kernel(spec, backend, *operands)``, partitioned along the operands' sharding."""
-    return _partitioned(kernel, spec, backend, *operands)
+    return _partitioned(kernel, spec, backend)(*operands)
 
 
-@functools.partial(custom_partitioning, static_argnums=(0, 1, 2))
-def _partitioned(kernel: Kernel, spec: OpSpec, backend: str, *operands: jax.Array) -> jax.Array:
-    return kernel(spec, backend, *operands)
+@functools.lru_cache(maxsize=None)
+def _partitioned(kernel: Kernel, spec: OpSpec, backend: str) -> custom_partitioning:
+    """The kernel call as a custom_partitioning function, made once per kernel and backend.
+    What it runs is closed over rather than passed as custom_partitioning's static arguments,
+    whose tracing holds the operands' tracers where jax.checking_leaks finds them."""
+
+    def call(*operands: jax.Array) -> jax.Array:
+        return kernel(spec, backend, *operands)
+
+    partitioned = custom_partitioning(call)
+    partitioned.def_partition(
+        functools.partial(_partition, kernel, spec, backend),
+        infer_sharding_from_operands=functools.partial(_infer_sharding_from_operands, spec),
+        sharding_rule=functools.partial(_sharding_rule, spec),
+    )
+    return partitioned
 
 
 def _partition_spec(shape: jax.ShapeDtypeStruct) -> tuple:
     """``shape``'s partition spec with one entry per dim."""
     sharding = shape.sharding
-    if not isinstance(sharding, NamedSharding) and sharding.is_fully_replicated:
-        # An array off the mesh, under jax.set_mesh: whole on every device.
+    if sharding is None or (not isinstance(sharding, NamedSharding) and sharding.is_fully_replicated):
+        # An array off the mesh, under jax.set_mesh, is whole on every device; so is an operand
+        # that GSPMD's propagation has not given a sharding yet.
         return (None,) * len(shape.shape)
     if not isinstance(sharding, NamedSharding):
         # Only a mesh names the axes that the collectives run over. The
@@ -77,7 +91,7 @@ def result_partition(spec: OpSpec, operand: jax.ShapeDtypeStruct) -> tuple:
     return _partition_spec(operand)[: _result_rank(spec, operand)]
 
 
-def _infer_sharding_from_operands(kernel, spec, backend, mesh, arg_shapes, result_shape):
+def _infer_sharding_from_operands(spec, mesh, arg_shapes, result_shape):
     return NamedSharding(mesh, PartitionSpec(*result_partition(spec, arg_shapes[0])))
 
 
@@ -112,14 +126,8 @@ def _devices_along(mesh: jax.sharding.Mesh, axes: str | tuple[str, ...]) -> int:
     return math.prod(mesh.shape[a] for a in ((axes,) if isinstance(axes, str) else axes))
 
 
-def _sharding_rule(kernel, spec, backend, mesh, operand_types, result_types):
+def _sharding_rule(spec, mesh, operand_types, result_types):
     return spec.sharding_rule, {"reduction_factors": spec.reduction_factors}
 
-
-_partitioned.def_partition(
-    _partition,
-    infer_sharding_from_operands=_infer_sharding_from_operands,
-    sharding_rule=_sharding_rule,
-)
 
 __all__ = ("Kernel", "partitioned_call", "result_partition")

@@ -141,7 +141,7 @@ def test_chained_calls_read_each_others_outputs(op, backend):
 
 
 # Every kernel of every op, forward and backward: the masked ops and a gradient included.
-EAGER_CALLS = {
+KERNEL_CALLS = {
     "copy": lambda x, b: jax_camp.copy(x, backend=b),
     "vector_add": lambda x, b: jax_camp.vector_add(x, 2.0 * x, backend=b),
     "reduce_sum": lambda x, b: jax_camp.reduce_sum(x, axis=1, backend=b),
@@ -154,15 +154,25 @@ EAGER_CALLS = {
 }
 
 
-@pytest.mark.parametrize("op", EAGER_CALLS)
+@pytest.mark.parametrize("op", KERNEL_CALLS)
 def test_calls_outside_jit_and_under_disable_jit_run_the_kernels(op, backend):
     """Outside jit each kernel runs as its own compiled call, as JAX's primitives do, also under
     jax.disable_jit (a debugging switch), where a kernel that jitted its own bind recursed."""
     x = random_normal((8, 40), jnp.float32)
-    expected = f64(jax.jit(functools.partial(EAGER_CALLS[op], b=backend))(x))
-    np.testing.assert_allclose(f64(EAGER_CALLS[op](x, backend)), expected, rtol=1e-6, atol=1e-6)
+    expected = f64(jax.jit(functools.partial(KERNEL_CALLS[op], b=backend))(x))
+    np.testing.assert_allclose(f64(KERNEL_CALLS[op](x, backend)), expected, rtol=1e-6, atol=1e-6)
     with jax.disable_jit():
-        np.testing.assert_allclose(f64(EAGER_CALLS[op](x, backend)), expected, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(f64(KERNEL_CALLS[op](x, backend)), expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", KERNEL_CALLS)
+def test_traced_calls_leak_no_tracer(op, backend):
+    """Under jax.checking_leaks (a debugging switch) tracing a kernel call leaves no tracer
+    behind: custom_partitioning's static arguments held the operands' tracers in a frame where
+    the check found them, on jax 0.12."""
+    x = random_normal((8, 40), jnp.float32)
+    with jax.checking_leaks():
+        jax.jit(functools.partial(KERNEL_CALLS[op], b=backend)).lower(x)
 
 
 @pytest.mark.parametrize("name", registration.SPECS)

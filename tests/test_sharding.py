@@ -346,15 +346,28 @@ def mesh_test_uneven_split_of_reduced_dim(backend):
         assert_close(got, ref(x[:, :29]), jnp.float32)
 
 
+@contextlib.contextmanager
+def _partitioner(shardy: bool):
+    """Shardy (JAX's default) or GSPMD, the older partitioner JAX still offers."""
+    before = jax.config.jax_use_shardy_partitioner
+    jax.config.update("jax_use_shardy_partitioner", shardy)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_use_shardy_partitioner", before)
+
+
+@pytest.mark.parametrize("shardy", [True, False])
 @pytest.mark.parametrize("set_mesh", [False, True])
-def mesh_test_explicit_mesh_axes(set_mesh, backend):
+def mesh_test_explicit_mesh_axes(set_mesh, shardy, backend):
     """jax.make_mesh's default axis type, where shardings are part of the types: each result is
     typed, and placed, as JAX's own function's is, gradients too; with the mesh given to
-    jax.set_mesh as well, as JAX's sharding guide does."""
+    jax.set_mesh as well, as JAX's sharding guide does. Under GSPMD too, whose propagation may
+    ask a kernel's result sharding before its operand has one (that aborted inside XLA)."""
     mesh = _mesh("2d", AxisType.Explicit)
     spec = P("a", None, "b")
     x, y, xs, ys = _inputs(mesh, spec)
-    with jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
+    with _partitioner(shardy), jax.set_mesh(mesh) if set_mesh else contextlib.nullcontext():
         for op, (reduced, f) in OPS.items():
             types = []
 
