@@ -182,5 +182,14 @@ def test_takes_the_axes_jnp_takes(axis, same_axis, backend):
     is read by the same check)."""
     x = random_normal((4, 6), jnp.float32)
     check(x, jax_camp.reduce_sum(x, axis=axis, backend=backend), same_axis)
-    with pytest.raises(TypeError):  # as jnp.sum: an axis traced under jit is no axis
-        jax.jit(lambda x, a: jax_camp.reduce_sum(x, axis=a, backend=backend))(x, jnp.array(0))
+
+
+@pytest.mark.parametrize("op,kwargs", [("reduce_sum", {"axis": 0}), ("reduce_sum", {"keepdims": True}),
+                                       ("softmax", {"axis": 0}), ("log_softmax", {"axis": (0, 1)})])
+def test_traced_axis_or_keepdims_is_jax_concretization_error(op, kwargs, backend):
+    """As jnp.sum and jax.nn.softmax raise it for an axis that jax.jit traces (every op's axis
+    is read by the same check): the error names the op and the argument."""
+    name = next(iter(kwargs))
+    with pytest.raises(jax.errors.ConcretizationTypeError,
+                       match=f"jax_camp.{op}: {name} must be known at trace time"):
+        jax.jit(functools.partial(getattr(jax_camp, op), backend=backend))(jnp.ones((2, 3)), **kwargs)

@@ -79,11 +79,22 @@ def where_mask(op: str, where: jax.typing.ArrayLike, shape: tuple[int, ...]) -> 
     return jnp.broadcast_to(mask, shape)
 
 
+def require_static(op: str, name: str, value) -> None:
+    """Raises JAX's ConcretizationTypeError, naming the argument, where ``value`` is traced: the
+    kernels' shapes follow from it, so it must be known when tracing."""
+    if isinstance(value, jax.core.Tracer):
+        raise jax.errors.ConcretizationTypeError(
+            value, f"jax_camp.{op}: {name} must be known at trace time; under jax.jit, make it a "
+            "static argument (static_argnames)")
+
+
 def normalize_axes(op: str, axis: Axis, ndim: int) -> tuple[int, ...]:
     """``axis`` as sorted non-negative ints; None means every axis."""
     if axis is None:
         return tuple(range(ndim))
     axes = axis if isinstance(axis, (tuple, list)) else (axis,)
+    for a in axes:
+        require_static(op, "axis", a)
     try:
         # operator.index takes what jnp takes as an axis: ints, NumPy integers and concrete
         # 0-d integer arrays. A bool is refused, though Python counts it an int.

@@ -52,6 +52,7 @@ def reduce_sum(
     backend = backends.resolve(backend)
     x = _checks.float_array("reduce_sum", "x", x)
     axes = _checks.normalize_axes("reduce_sum", axis, x.ndim)
+    _checks.require_static("reduce_sum", "keepdims", keepdims)
     return _reduce_sum(x, axes, bool(keepdims), backend)
 
 
