@@ -12,6 +12,7 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from jax_camp.ops._spec import SUPPORTED_DTYPES, OpSpec
 from jax_camp.tilelang_kernels._rows import ROW_GROUPS, RowTile, all_tiles, row_tile
@@ -127,6 +128,17 @@ def random_mask(shape: tuple[int, ...]) -> jax.Array:
     if math.prod(shape[:-1]) > 1:
         keep.reshape(-1, shape[-1])[0] = False
     return jnp.asarray(keep)
+
+
+def relative_error(actual, exact) -> float:
+    """The largest |actual - exact| / |exact|."""
+    return float(np.max(np.abs(f64(actual) - exact) / np.abs(exact)))
+
+
+def skip_unless_host_kernels(backend) -> None:
+    """Skips a test of the host kernels where the GPU's run instead."""
+    if backend != "cpu" and jax.default_backend() != "cpu":
+        pytest.skip("the host kernels' sums; the GPU kernels' are docs/performance_open.md's")
 
 
 def assert_close(actual, expected, dtype, *, scale: float = 1.0) -> None:

@@ -22,7 +22,8 @@ from helpers import (DTYPES, RowOp, assert_close, f64, hlo_text, kernel_paths_mi
 # log_softmax (the `op` fixture below).
 from test_softmax import (CLUSTER_GROUP_SHAPES, LONG_ROWS, ROW_GROUP_SHAPES, SHAPES,  # noqa: F401
                           test_forward_brings_a_row_counter_only_where_its_kernel_may_claim_rows,
-                          test_jvp_matches_reference, test_long_rows, test_matches_reference,
+                          test_jvp_matches_reference, test_long_row_sums_as_accurate_as_jax,
+                          test_long_rows, test_matches_reference,
                           test_row_groups, test_rows_claimed_by_clusters,
                           test_rows_held_over_a_cluster,
                           test_special_values_match_jax, test_vjp_matches_reference,

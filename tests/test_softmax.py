@@ -16,7 +16,8 @@ from jax_camp import _kernels
 from jax_camp.ops.softmax import SOFTMAX, SOFTMAX_MASKED
 from helpers import (DTYPES, RowOp, assert_close, check_derivative, check_values, f64, hlo_text,
                      kernel_paths_missed, on_this_machine, random_mask, random_normal,
-                     softmax_reference, tilelang_tiles_missed)
+                     relative_error, skip_unless_host_kernels, softmax_reference,
+                     tilelang_tiles_missed)
 
 # The camp's shapes, unaligned and odd sizes, one column, grids of few rows
 # and of many; on the GPU they reach every path of the CUDA kernels that the
@@ -82,6 +83,17 @@ def test_matches_reference(op, shape, dtype, backend):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_long_rows(op, dtype, backend):
     check_values(op.fn, op.reference, LONG_ROWS, dtype, backend, scale=1.0)
+
+
+def test_long_row_sums_as_accurate_as_jax(op, backend):
+    """A row of 2^22 values whose exps, but the first, are 0.1: a running float32 sum grows until
+    each 0.1 it adds is rounded to its coarse steps. The host kernels sum pairwise, within a few
+    times jax.nn's error against float64."""
+    skip_unless_host_kernels(backend)
+    x = jnp.full((1, 2**22 + 3), np.log(0.1), jnp.float32).at[0, 0].set(0.0)
+    exact = op.reference(x)
+    ours, theirs = (relative_error(y, exact) for y in (op.fn(x, backend=backend), op.jax_fn(x)))
+    assert ours <= max(4 * theirs, 2e-7), (ours, theirs)
 
 
 @pytest.mark.parametrize("where", [False, True])
@@ -161,18 +173,9 @@ def test_special_values_match_jax(op, copies, dtype, backend):
     which take 16-byte packs (and 16-bit types their packed max) on the GPU;
     10000 make long rows, streamed. The first row keeps only its last 4 entries
     finite, so that a long row's first tiles are only -inf."""
-    x = jnp.array(
-        [
-            [0.0, -jnp.inf, 1.0, 2.0],
-            [-jnp.inf, -jnp.inf, -jnp.inf, -jnp.inf],
-            [1.0, jnp.nan, 2.0, 3.0],
-            [jnp.inf, 1.0, 2.0, 3.0],
-            [1e3, 2e3, 3e3, 3e3 - 1.0],
-            [-1e4, 0.0, 1e4, 5e3],
-            [-1000.0, 1.0, 2.0, 3.0],
-        ],
-        dtype,
-    )
+    x = jnp.array([[0.0, -jnp.inf, 1.0, 2.0], [-jnp.inf] * 4, [1.0, jnp.nan, 2.0, 3.0],
+                   [jnp.inf, 1.0, 2.0, 3.0], [1e3, 2e3, 3e3, 3e3 - 1.0], [-1e4, 0.0, 1e4, 5e3],
+                   [-1000.0, 1.0, 2.0, 3.0]], dtype)
     x = jnp.tile(x, (1, copies))
     x = x.at[0, :-4].set(-jnp.inf)
     assert_special_values_match(op.fn(x, backend=backend), op.jax_fn(x.astype(jnp.float32)), dtype)
@@ -240,19 +243,15 @@ def test_grad_low_precision(dtype, backend):
     x = random_normal((4, 700), dtype)
     w = random_normal((4, 700), dtype)
     ours = jax.grad(lambda v: jnp.sum(jax_camp.softmax(v, backend=backend) * w))(x)
-    theirs = jax.grad(lambda v: jnp.sum(jax.nn.softmax(v) * w.astype(jnp.float32)))(
-        x.astype(jnp.float32)
-    )
+    theirs = jax.grad(lambda v: jnp.sum(jax.nn.softmax(v) * w.astype(jnp.float32)))(x.astype(jnp.float32))
     assert ours.dtype == dtype
     assert_close(ours, f64(theirs), dtype)
 
 
 def test_check_grads(backend):
     x = random_normal((3, 20), jnp.float32)
-    check_grads(
-        functools.partial(jax_camp.softmax, axis=0, backend=backend), (x,),
-        order=1, modes=["rev"], atol=1e-2, rtol=1e-2,
-    )
+    check_grads(functools.partial(jax_camp.softmax, axis=0, backend=backend), (x,),
+                order=1, modes=["rev"], atol=1e-2, rtol=1e-2)
 
 
 def test_grad_under_vmap_and_jit(backend):

@@ -1,6 +1,6 @@
 // Shared by the host kernels: bfloat16 and float16 storage types (C++17 has none),
 // converted to float32 exactly and back to nearest even as XLA and CUDA round (NaN
-// and infinities kept), and a float32 sum with the error of the GPU's tree reductions.
+// and infinities kept), and a float32 sum whose rounding error grows with log2 of its length.
 #pragma once
 
 #include <cstdint>
@@ -80,17 +80,42 @@ inline HostF16 FromFloat<HostF16>(float v) {
   return {static_cast<uint16_t>(sign | (rebased >> 13))};
 }
 
-// sum_{i < n} term(i) in float32, over 32 strided partial sums combined by a
-// tree: the rounding error grows with n / 32 + log2(32) rather than n, and
-// the order is fixed, so results are reproducible.
+namespace detail {
+
+inline constexpr int kSumLanes = 32;
+inline constexpr int64_t kSumBlock = kSumLanes * 16;
+
+// term(begin) + ... + term(end - 1), at most kSumBlock terms, over 32 strided partial
+// sums combined by a tree, as a GPU block combines its threads' sums.
 template <typename Term>
-float StridedSum(int64_t n, Term term) {
-  constexpr int kLanes = 32;
-  float partial[kLanes] = {};
-  for (int64_t i = 0; i < n; ++i) partial[i % kLanes] += term(i);
-  for (int width = kLanes / 2; width > 0; width /= 2)
+float BlockSum(int64_t begin, int64_t end, const Term& term) {
+  float partial[kSumLanes] = {};
+  int64_t i = begin;
+  for (; i + kSumLanes <= end; i += kSumLanes)  // whole rounds of the lanes, which vectorize
+    for (int lane = 0; lane < kSumLanes; ++lane) partial[lane] += term(i + lane);
+  for (int lane = 0; i < end; ++i, ++lane) partial[lane] += term(i);
+  for (int width = kSumLanes / 2; width > 0; width /= 2)
     for (int lane = 0; lane < width; ++lane) partial[lane] += partial[lane + width];
   return partial[0];
+}
+
+template <typename Term>
+float PairwiseSum(int64_t begin, int64_t end, const Term& term) {
+  const int64_t blocks = (end - begin + kSumBlock - 1) / kSumBlock;
+  if (blocks <= 1) return BlockSum(begin, end, term);
+  const int64_t middle = begin + blocks / 2 * kSumBlock;
+  return PairwiseSum(begin, middle, term) + PairwiseSum(middle, end, term);
+}
+
+}  // namespace detail
+
+// sum_{i < n} term(i) in float32: blocks of 512 terms summed as BlockSum, then the blocks'
+// sums added pairwise, so that the rounding error grows with log2(n). One running sum over a
+// long row would grow until each term it adds is rounded to its coarse steps. The order is
+// fixed, so results are reproducible.
+template <typename Term>
+float PairwiseSum(int64_t n, const Term& term) {
+  return detail::PairwiseSum(0, n, term);
 }
 
 }  // namespace jax_camp

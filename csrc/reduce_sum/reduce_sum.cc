@@ -1,5 +1,4 @@
-// reduce_sum on the host over the last dim, summed in float32 as the GPU
-// kernels do (StridedSum).
+// reduce_sum on the host over the last dim, summed in float32 (PairwiseSum).
 #include "../common/ffi_common.h"
 #include "../common/host_common.h"
 #include "../handlers.h"
@@ -18,7 +17,7 @@ ffi::Error ReduceSumCpu(ffi::AnyBuffer x, ffi::Result<ffi::AnyBuffer> out) {
     T* sums = static_cast<T*>(out->untyped_data());
     for (int64_t r = 0; r < rows; ++r) {
       const T* row = in + r * cols;
-      sums[r] = FromFloat<T>(StridedSum(cols, [&](int64_t c) { return ToFloat(row[c]); }));
+      sums[r] = FromFloat<T>(PairwiseSum(cols, [&](int64_t c) { return ToFloat(row[c]); }));
     }
     return ffi::Error::Success();
   });

@@ -36,7 +36,7 @@ struct HostRow {
       max = MaxPropagateNan(max, x[c]);
     }
     for (int64_t c = 0; c < cols; ++c) exps[c] = std::exp(x[c] - max);
-    sum = StridedSum(cols, [&](int64_t c) { return exps[c]; });
+    sum = PairwiseSum(cols, [&](int64_t c) { return exps[c]; });
     log_sum = std::log(sum);
   }
 };
@@ -80,7 +80,7 @@ ffi::Error BackwardCpu(const char* op, ffi::AnyBuffer y, ffi::AnyBuffer g,
     T* out_data = static_cast<T*>(out->untyped_data());
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t offset = r * cols;
-      const float sum = StridedSum(cols, [&](int64_t c) {
+      const float sum = PairwiseSum(cols, [&](int64_t c) {
         return Gradient::Term(ToFloat(y_data[offset + c]), ToFloat(g_data[offset + c]));
       });
       for (int64_t c = 0; c < cols; ++c) {
