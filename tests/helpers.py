@@ -136,7 +136,9 @@ def relative_error(actual, exact) -> float:
 
 
 def skip_unless_host_kernels(backend) -> None:
-    """Skips a test of the host kernels where the GPU's run instead."""
+    """Skips a test of the host kernels where the GPU's or plain JAX run instead."""
+    if backend == "xla":
+        pytest.skip("the xla backend is plain JAX by design")
     if backend != "cpu" and jax.default_backend() != "cpu":
         pytest.skip("the host kernels' sums; the GPU kernels' are docs/performance_open.md's")
 
