@@ -11,9 +11,9 @@ import pytest
 from jax.test_util import check_grads
 
 import jax_camp
-from helpers import (DTYPES, assert_close, f64, hlo_text, kernel_paths_missed, on_this_machine,
-                     random_normal, relative_error, skip_unless_host_kernels, sum_scale,
-                     tilelang_tiles_missed)
+from helpers import (DTYPES, assert_as_accurate_as_xla, assert_close, f64, hlo_text,
+                     kernel_paths_missed, on_this_machine, random_normal, skip_unless_host_kernels,
+                     sum_scale, tilelang_tiles_missed)
 
 # Without a GPU the value tests take the smaller ones (on_this_machine).
 SHAPES = [
@@ -180,10 +180,8 @@ def test_long_row_sums_as_accurate_as_jnp(backend):
     """Rows of 2^22 values of 0.1, as test_softmax.py's test_long_row_sums_as_accurate_as_jax."""
     skip_unless_host_kernels(backend)
     x = jnp.full((2, 2**22 + 3), 0.1, jnp.float32)
-    exact = f64(x).sum(axis=-1)
-    ours, theirs = (relative_error(s, exact)
-                    for s in (jax_camp.reduce_sum(x, backend=backend), jnp.sum(x, axis=-1)))
-    assert ours <= max(4 * theirs, 2e-7), (ours, theirs)
+    assert_as_accurate_as_xla(jax_camp.reduce_sum(x, backend=backend), jnp.sum(x, axis=-1),
+                              f64(x).sum(axis=-1))
 
 
 @pytest.mark.parametrize("axis,same_axis", [(np.int64(0), 0), (np.array(0), 0), (jnp.array(0), 0),
