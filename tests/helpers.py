@@ -14,7 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import jax_camp
 from jax_camp.ops._spec import SUPPORTED_DTYPES, OpSpec
+from jax_camp.ops.log_softmax import LOG_SOFTMAX_MASKED
+from jax_camp.ops.softmax import SOFTMAX_MASKED
 from jax_camp.tilelang_kernels._rows import ROW_GROUPS, RowTile, all_tiles, row_tile
 
 # How many clusters of 2, 4 and 8 blocks, a block alone on each SM, the H200 keeps resident at
@@ -90,6 +93,22 @@ class RowOp(NamedTuple):
     masked_kernel: OpSpec  # the kernel where= runs
 
 
+def softmax_derivative(y, v):
+    """softmax's derivative, along a tangent or a cotangent alike: y * (v - sum(y * v))."""
+    return y * (v - np.sum(y * v, axis=-1, keepdims=True))
+
+
+SOFTMAX_OP = RowOp(jax_camp.softmax, softmax_reference, jax.nn.softmax, softmax_derivative,
+                   softmax_derivative, SOFTMAX_MASKED)
+# Reverse mode's dx = g - exp(y) * sum(g), forward mode's dy = t - sum(exp(y) * t).
+LOG_SOFTMAX_OP = RowOp(
+    jax_camp.log_softmax, log_softmax_reference, jax.nn.log_softmax,
+    vjp=lambda y, g: g - np.exp(y) * np.sum(g, axis=-1, keepdims=True),
+    jvp=lambda y, t: t - np.sum(np.exp(y) * t, axis=-1, keepdims=True),
+    masked_kernel=LOG_SOFTMAX_MASKED,
+)
+
+
 def check_derivative(op: Callable, derivative: Callable, shape: tuple[int, ...], dtype, backend,
                      *, forward: bool) -> None:
     """``op``'s VJP (or, ``forward``, its JVP) at random x along a random vector v against
@@ -128,22 +147,6 @@ def random_mask(shape: tuple[int, ...]) -> jax.Array:
     if math.prod(shape[:-1]) > 1:
         keep.reshape(-1, shape[-1])[0] = False
     return jnp.asarray(keep)
-
-
-def assert_as_accurate_as_xla(ours, xla, exact) -> None:
-    """``ours``' largest relative error against the float64 ``exact`` is within 4 times that of
-    XLA's own op on the same input, ``xla`` (or 2e-7, a float32 result's rounding, if smaller)."""
-    ours_error, xla_error = (float(np.max(np.abs(f64(y) - exact) / np.abs(exact)))
-                             for y in (ours, xla))
-    assert ours_error <= max(4 * xla_error, 2e-7), (ours_error, xla_error)
-
-
-def skip_unless_host_kernels(backend) -> None:
-    """Skips a test of the host kernels where the GPU's or plain JAX run instead."""
-    if backend == "xla":
-        pytest.skip("the xla backend is plain JAX by design")
-    if backend != "cpu" and jax.default_backend() != "cpu":
-        pytest.skip("the host kernels' sums; the GPU kernels' are docs/performance_open.md's")
 
 
 def assert_close(actual, expected, dtype, *, scale: float = 1.0) -> None:

@@ -1,13 +1,16 @@
 // reduce_sum: out[r] = sum_c x[r, c], accumulated in float32. A team of threads
 // (a few lanes of a warp, two warps of a block shared with other rows, or the
 // block; see row_team.cuh) shares a row: each thread sums its strided share,
-// chunk by chunk with the chunk's loads issued ahead of its adds, then the
-// team's tree reduction combines the partial sums. The order of additions
-// depends only on the shape, so results are bitwise reproducible.
+// chunk by chunk with the chunk's loads issued ahead of its adds, into a
+// CompensatedSum, so that rows of millions of values come out as accurate as
+// short ones; then the team's tree reduction combines the partial sums. The
+// order of additions depends only on the shape, so results are bitwise
+// reproducible.
 #pragma once
 
 #include <cstdint>
 
+#include "../common/compensated_sum.cuh"
 #include "../common/row_team.cuh"
 #include "reduce_sum_policy.h"
 
@@ -48,18 +51,19 @@ __global__ void __launch_bounds__(PolicyFor(sizeof(T)).max_threads, kMinBlocks<T
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
     const T* x_row = x + (valid ? row : 0) * cols;
-    float partial = 0.f;
+    CompensatedSum partial;
     auto add_chunk = [&](const T* first, int count) {
       RowChunk<T, kPack, kChunk> chunk;
       chunk.Load(first, count, team);
-      // Float32 through Sum won at some shapes and lost at others, a tie.
+      // Float32 through Sum won at some shapes and lost at others, a tie. A
+      // 16-bit sum is rounded to 16 bits at the end, far coarser than a
+      // chunk's float32 rounding: it compensates once a chunk.
       if constexpr (sizeof(T) == 4) {
         chunk.ForEach(count, team, [&](int, int, const float(&v)[kPack]) {
-#pragma unroll
-          for (int k = 0; k < kPack; ++k) partial += v[k];
+          partial.Add(PackSum(v));
         });
       } else {
-        partial = chunk.Sum(count, team, partial);
+        partial.Add(chunk.Sum(count, team, 0.f));
       }
     };
     if constexpr (kStreamed) {
@@ -70,7 +74,7 @@ __global__ void __launch_bounds__(PolicyFor(sizeof(T)).max_threads, kMinBlocks<T
       add_chunk(x_row, valid ? static_cast<int>(num_packs) : 0);
     }
     const float total = team.Reduce<kClusters, kSharedBlockTeams>(
-        partial, SumOp{}, scratch);
+        partial.Value(), SumOp{}, scratch);
     if (valid && team.lane == 0) out[row] = FromFloat<T>(total);
   };
   team.ForEachGroup<kTeamPerRow>(rows, sum_group);

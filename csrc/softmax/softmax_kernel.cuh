@@ -10,9 +10,10 @@
 // exp(its max - row max) / sum and writes them. One exp per element matters:
 // for 16-bit inputs the SFU's exp2 rate comes close to HBM's with two.
 // Longer rows are streamed, two passes over x instead of the textbook three:
-// each thread keeps an online (max, sum of exp(x - max)) over its share,
-// rescaling its sum when its max grows; the team combines the pairs as
-// above. The second pass writes exp(x - max) / sum. Subtracting the max keeps
+// each thread keeps an online (max, sum of exp(x - max)) over its share, a
+// chunk at a time, rescaling its sum when its max grows (a CompensatedSum, as
+// a share of a long row is thousands of terms); the team combines the pairs
+// as above. The second pass writes exp(x - max) / sum. Subtracting the max keeps
 // exp from overflowing on large logits and does not change the result: it
 // cancels between numerator and sum.
 //
@@ -29,6 +30,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../common/compensated_sum.cuh"
 #include "softmax_mask.cuh"
 #include "softmax_policy.h"
 #include "softmax_prefetch.cuh"
@@ -191,23 +193,25 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, const uint8_t* ma
   RowChunk<T, kPack, kChunk> chunk;
   KeepOf<kMasked, kPack, kChunk> keep;
   float thread_max = -INFINITY;
-  float thread_sum = 0.f;
+  CompensatedSum thread_sum;
   ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
     chunk.Load(x + first * kPack, count, team);
     keep.Load(kMasked ? mask + first * kPack : nullptr, count, team);
     keep.DropFrom(chunk);
+    // The chunk's max first, so that the sum is rescaled once a chunk. Max
+    // drops NaNs; a NaN still makes the sum, and so the row, NaN.
+    const float new_max = fmaxf(thread_max, chunk.Max(count, team));
+    thread_sum.Scale(RescaleFactor(thread_max, new_max));
+    thread_max = new_max;
     chunk.ForEach(count, team, [&](int, int, const float(&v)[kPack]) {
-      float pack_max = v[0];
+      float exps[kPack];
 #pragma unroll
-      for (int k = 1; k < kPack; ++k) pack_max = MaxPropagateNan(pack_max, v[k]);
-      const float new_max = MaxPropagateNan(thread_max, pack_max);
-      thread_sum *= RescaleFactor(thread_max, new_max);
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) thread_sum += ShiftedExp(v[k], new_max);
-      thread_max = new_max;
+      for (int k = 0; k < kPack; ++k) exps[k] = ShiftedExp(v[k], thread_max);
+      thread_sum.Add(PackSum(exps));
     });
   });
-  const MaxSum row = team.Reduce<false>(MaxSum{thread_max, thread_sum}, MaxSumOp{}, scratch);
+  const MaxSum row =
+      team.Reduce<false>(MaxSum{thread_max, thread_sum.Value()}, MaxSumOp{}, scratch);
   const float inv_sum = 1.f / row.sum;
   ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
     chunk.Load(x + first * kPack, count, team);
@@ -344,13 +348,12 @@ struct SoftmaxGradient {
 template <typename Gradient, typename T, int kPack, int kChunk>
 __device__ __forceinline__ void AddDot(const RowChunk<T, kPack, kChunk>& y_chunk,
                                        const RowChunk<T, kPack, kChunk>& g_chunk, int count,
-                                       const RowTeam& team, float& thread_dot) {
+                                       const RowTeam& team, CompensatedSum& thread_dot) {
   y_chunk.ForEach(count, team, [&](int i, int, const float(&yv)[kPack]) {
+    float terms[kPack];
 #pragma unroll
-    for (int k = 0; k < kPack; ++k) {
-      const float g = g_chunk.Value(i, k);
-      thread_dot += Gradient::Term(yv[k], g);
-    }
+    for (int k = 0; k < kPack; ++k) terms[k] = Gradient::Term(yv[k], g_chunk.Value(i, k));
+    thread_dot.Add(PackSum(terms));
   });
 }
 
@@ -398,9 +401,9 @@ __global__ void __launch_bounds__(kBackwardPolicy.max_threads)
           next_y.Load(y + following * cols, held_packs, team);
           next_g.Load(g + following * cols, held_packs, team);
         }
-        float thread_dot = 0.f;
+        CompensatedSum thread_dot;
         AddDot<Gradient>(y_chunk, g_chunk, held_packs, team, thread_dot);
-        const float dot = team.Reduce<kClusters>(thread_dot, SumOp{}, scratch);
+        const float dot = team.Reduce<kClusters>(thread_dot.Value(), SumOp{}, scratch);
         StoreGrad<Gradient>(y_chunk, g_chunk, dot, dx + row * cols, held_packs, team);
       }
       team.Finish<kClusters>();
@@ -419,13 +422,13 @@ __global__ void __launch_bounds__(kBackwardPolicy.max_threads)
     const int64_t offset = (valid ? row : 0) * cols;
     RowChunk<T, kPack, kChunk> y_chunk;
     RowChunk<T, kPack, kChunk> g_chunk;
-    float thread_dot = 0.f;
+    CompensatedSum thread_dot;
     ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
       y_chunk.Load(y + offset + first * kPack, count, team);
       g_chunk.Load(g + offset + first * kPack, count, team);
       AddDot<Gradient>(y_chunk, g_chunk, count, team, thread_dot);
     });
-    const float dot = team.Reduce<kClusters>(thread_dot, SumOp{}, scratch);
+    const float dot = team.Reduce<kClusters>(thread_dot.Value(), SumOp{}, scratch);
     ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
       if (!row_in_registers) {
         y_chunk.Load(y + offset + first * kPack, count, team);

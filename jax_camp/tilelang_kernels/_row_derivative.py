@@ -16,7 +16,7 @@ forward is recomputed.
 
 The row is covered by the tile ``_rows.row_tile`` picks, as the forwards'
 rows are. Pass 1 accumulates the terms element-wise into a float32 fragment
-and reduces it once per row; pass 2 writes each output, from the registers
+(compensated where the row is streamed, ``_compensated.py``) and reduces it once per row; pass 2 writes each output, from the registers
 pass 1 loaded for a resident row, reading y and g again for a streamed one.
 A long float32 row held over a cluster adds its blocks' sums through
 distributed shared memory (``_cluster.sum_over_cluster``), and its blocks
@@ -30,6 +30,7 @@ import tilelang.language as T
 from tvm import tirx
 
 from jax_camp.tilelang_kernels._cluster import start_cluster, sum_over_cluster
+from jax_camp.tilelang_kernels._compensated import add_compensated, fold_compensation
 from jax_camp.tilelang_kernels._rows import (
     ACCUM, RowTile, column_tiles, row_layout, row_tiles, vector_elements,
 )
@@ -58,7 +59,8 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
     # cluster takes part ``rank`` of the row (its column tile ``rank``) and pools its sum in
     # slot ``slot`` of ``parts``.
     @T.macro
-    def derivative_row_group(Yv, G, DX, row0, y, g, acc, dx, total, mine, parts, rank, slot):
+    def derivative_row_group(Yv, G, DX, row0, y, g, acc, lost, dx, total, mine, parts, rank,
+                             slot):
         # Pass 1: the row sum, element-wise partials in registers. A resident row (or part)
         # is one tile, whose partials are its terms.
         if tile.resident:
@@ -68,11 +70,14 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
                 acc[i, j] = term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM))
         else:
             T.clear(acc)
+            T.clear(lost)
             for kb in T.Serial(column_tiles(tile, n)):
                 T.copy(Yv[row0, kb * cols], y)
                 T.copy(G[row0, kb * cols], g)
                 for i, j in T.Parallel(rows, cols):
-                    acc[i, j] += term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM))
+                    add_compensated(acc, lost, i, j,
+                                    term(T.cast(y[i, j], ACCUM), T.cast(g[i, j], ACCUM)))
+            fold_compensation(acc, lost, rows, cols)
         T.reduce_sum(acc, total, dim=1)
         if blocks > 1:
             sum_over_cluster(total, mine, parts, slot, blocks, rank)
@@ -99,7 +104,9 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
                 T.assume(n % vec == 0)
             y, g, acc, dx = row_tiles(tile, dtype, dtype, ACCUM, dtype)
             total = T.alloc_fragment((rows,), ACCUM)
-            T.annotate_layout({t: layout for t in (y, g, acc, dx)})
+            # What a streamed row's running sums round away (_compensated.py).
+            lost = None if tile.resident else row_tiles(tile, ACCUM)[0]
+            T.annotate_layout({t: layout for t in (y, g, acc, dx, lost) if t is not None})
             mine = parts = None
             if blocks > 1:
                 mine = T.alloc_shared((2, 1), ACCUM)
@@ -108,7 +115,7 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
             # A cluster's blocks take the same rows, a part each.
             first_group, rank = bx // blocks * groups, bx % blocks
             for group in T.serial(groups):
-                derivative_row_group(Yv, G, DX, (first_group + group) * rows, y, g, acc, dx,
-                                     total, mine, parts, rank, group % 2)
+                derivative_row_group(Yv, G, DX, (first_group + group) * rows, y, g, acc, lost,
+                                     dx, total, mine, parts, rank, group % 2)
 
     return reduce_then_write.with_attr("global_symbol", name)

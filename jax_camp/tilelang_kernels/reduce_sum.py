@@ -7,7 +7,8 @@ tile at a time: serial, because every step adds to the same accumulator, and
 the steps must happen in order; a resident row is one tile, so one step. Inside
 a step ``T.Parallel`` adds the tile element-wise into a float32 fragment of the
 tile's shape, so every thread keeps its own partial sums in registers and no
-thread waits on another. Only after the last column tile does ``T.reduce_sum``
+thread waits on another; the sums are compensated (``_compensated.py``), as an
+element of a long row's fragment takes thousands of terms. Only after the last column tile does ``T.reduce_sum``
 fold the fragment along the row (within a thread, then across the row's
 threads), once per row instead of once per tile.
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import tilelang.language as T
 from tvm import tirx
 
+from jax_camp.tilelang_kernels._compensated import add_compensated, fold_compensation
 from jax_camp.tilelang_kernels._rows import (
     ACCUM, RowTile, column_tiles, row_layout, row_tiles, vector_elements,
 )
@@ -38,14 +40,16 @@ def reduce_sum_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
         with T.Kernel(T.ceildiv(m, rows), threads=tile.threads) as bx:
             if tile.aligned:
                 T.assume(n % vec == 0)
-            x_tile, acc = row_tiles(tile, dtype, ACCUM)
+            x_tile, acc, lost = row_tiles(tile, dtype, ACCUM, ACCUM)
             total = T.alloc_fragment((rows,), ACCUM)
-            T.annotate_layout({x_tile: layout, acc: layout})
+            T.annotate_layout({x_tile: layout, acc: layout, lost: layout})
             T.clear(acc)
+            T.clear(lost)
             for kb in T.Serial(column_tiles(tile, n)):
                 T.copy(X[bx * rows, kb * cols], x_tile)
                 for i, j in T.Parallel(rows, cols):
-                    acc[i, j] += T.cast(x_tile[i, j], ACCUM)
+                    add_compensated(acc, lost, i, j, T.cast(x_tile[i, j], ACCUM))
+            fold_compensation(acc, lost, rows, cols)
             T.reduce_sum(acc, total, dim=1)
             for i in T.Parallel(rows):
                 if bx * rows + i < m:

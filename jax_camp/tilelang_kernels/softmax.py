@@ -45,7 +45,9 @@ softmax needs two passes for (max, then sum). Pass 2 reads the row again and
 writes y = exp(x - m) * (1/s).
 
 Every element of the tile fragment keeps its own (m, s) pair across the
-``T.Serial`` loop, so pass 1 needs no communication between threads at all;
+``T.Serial`` loop (s compensated, ``_compensated.py``: over a row of millions
+an element's s takes thousands of terms), so pass 1 needs no communication
+between threads at all;
 the pairs are merged once per row at the end (``T.reduce_max`` for the row
 maximum M, then ``T.reduce_sum`` of s * exp(m - M)), as reduce_sum folds its
 accumulator once. Merging once per tile instead would cost two block-wide
@@ -109,6 +111,7 @@ import tilelang.language as T
 from tvm import tirx
 
 from jax_camp.tilelang_kernels._cluster import gather_over_cluster, start_cluster
+from jax_camp.tilelang_kernels._compensated import add_compensated, fold_compensation
 from jax_camp.tilelang_kernels._row_derivative import reduce_then_write_program
 from jax_camp.tilelang_kernels._rows import (
     ACCUM, RowTile, column_tiles, prefetch_stages, row_layout, row_tiles, vector_elements,
@@ -250,7 +253,8 @@ def row_softmax_program(
     # A block of a cluster holds part ``rank`` of the row (its tile ``rank``) and pools its
     # statistics in slot ``slot`` of ``parts``.
     @T.macro
-    def softmax_row_group(X, Mask, Y, row0, x_tile, x, scaled, out, lane_max, lane_sum, keep,
+    def softmax_row_group(X, Mask, Y, row0, x_tile, x, scaled, out, lane_max, lane_sum,
+                          lane_lost, keep,
                           row_max, row_sum, log_sum, inv_sum, rescale, mine, parts,
                           x_shared, keep_shared, rank, slot):
         if tile.resident:
@@ -270,24 +274,25 @@ def row_softmax_program(
                 share_over_cluster(row_max, row_sum, rescale, mine, parts, slot, tile.cluster,
                                    rank)
         else:
-            # Pass 1: each element's rolling (max, sum) pair. Either update takes
-            # exp(-|x - m|), so one exponential a value serves both.
+            # Pass 1: each element's rolling (max, sum) pair, the sum compensated
+            # (_compensated.py). Either update takes exp(-|x - m|), so one exponential a
+            # value serves both: a larger x rescales the sum to itself and adds its own
+            # exp, 1; a smaller one adds its exp; -inf adds nothing.
             T.fill(lane_max, neg_inf)
-            T.fill(lane_sum, 0.0)
+            T.clear(lane_sum)
+            T.clear(lane_lost)
             for kb in T.Serial(column_tiles(tile, n)):
                 load(X, Mask, row0, kb, x_tile, keep, x)
                 for i, j in T.Parallel(rows, cols):
                     scaled[i, j] = exp(-T.abs(x[i, j] - lane_max[i, j]))
-                    lane_sum[i, j] = T.if_then_else(
-                        x[i, j] == neg_inf,
-                        lane_sum[i, j],
-                        T.if_then_else(
-                            x[i, j] > lane_max[i, j],
-                            lane_sum[i, j] * scaled[i, j] + 1.0,
-                            lane_sum[i, j] + scaled[i, j],
-                        ),
-                    )
+                    grows = x[i, j] > lane_max[i, j]
+                    rescale = T.if_then_else(grows, scaled[i, j], 1.0)
+                    lane_sum[i, j] = lane_sum[i, j] * rescale
+                    lane_lost[i, j] = lane_lost[i, j] * rescale
+                    add_compensated(lane_sum, lane_lost, i, j, T.if_then_else(
+                        x[i, j] == neg_inf, 0.0, T.if_then_else(grows, 1.0, scaled[i, j])))
                     lane_max[i, j] = T.max(lane_max[i, j], x[i, j])
+            fold_compensation(lane_sum, lane_lost, rows, cols)
             # Merge the pairs of a row. A pair with s == 0 saw only -inf and
             # adds nothing (its m - M may be -inf - -inf); a NaN s must stay.
             T.reduce_max(lane_max, row_max, dim=1)
@@ -335,11 +340,11 @@ def row_softmax_program(
             log_sum = T.alloc_fragment((rows,), ACCUM)
             inv_sum = T.alloc_fragment((rows,), ACCUM)
             per_element = [x_tile, x, scaled, out]
-            lane_max = lane_sum = None
+            lane_max = lane_sum = lane_lost = None
             if not tile.resident:
-                # The streamed rows' per-element (max, sum) pairs.
-                lane_max, lane_sum = row_tiles(tile, ACCUM, ACCUM)
-                per_element += [lane_max, lane_sum]
+                # The streamed rows' per-element (max, sum) pairs, and what the sums round away.
+                lane_max, lane_sum, lane_lost = row_tiles(tile, ACCUM, ACCUM, ACCUM)
+                per_element += [lane_max, lane_sum, lane_lost]
             keep = None
             if masked:
                 (keep,) = row_tiles(tile, "uint8")
@@ -352,7 +357,7 @@ def row_softmax_program(
                 mine = T.alloc_shared((2, 2), ACCUM)
                 parts = T.alloc_shared((2, blocks, 2), ACCUM)
                 start_cluster(parts)
-            state = (x_tile, x, scaled, out, lane_max, lane_sum, keep,
+            state = (x_tile, x, scaled, out, lane_max, lane_sum, lane_lost, keep,
                      row_max, row_sum, log_sum, inv_sum, rescale, mine, parts)
             # A cluster's blocks take the same rows, a part each.
             first_group = (bx // blocks if blocks > 1 else bx) * groups
