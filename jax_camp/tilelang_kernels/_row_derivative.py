@@ -16,8 +16,9 @@ forward is recomputed.
 
 The row is covered by the tile ``_rows.row_tile`` picks, as the forwards'
 rows are. Pass 1 accumulates the terms element-wise into a float32 fragment
-(compensated where the row is streamed, ``_compensated.py``) and reduces it once per row; pass 2 writes each output, from the registers
-pass 1 loaded for a resident row, reading y and g again for a streamed one.
+(compensated where the row is streamed, ``_compensated.py``) and reduces it
+once per row; pass 2 writes each output, from the registers pass 1 loaded for
+a resident row, reading y and g again for a streamed one.
 A long float32 row held over a cluster adds its blocks' sums through
 distributed shared memory (``_cluster.sum_over_cluster``), and its blocks
 take their rows in turn, as the forwards' do.

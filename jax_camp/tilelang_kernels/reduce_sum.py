@@ -8,9 +8,9 @@ the steps must happen in order; a resident row is one tile, so one step. Inside
 a step ``T.Parallel`` adds the tile element-wise into a float32 fragment of the
 tile's shape, so every thread keeps its own partial sums in registers and no
 thread waits on another; the sums are compensated (``_compensated.py``), as an
-element of a long row's fragment takes thousands of terms. Only after the last column tile does ``T.reduce_sum``
-fold the fragment along the row (within a thread, then across the row's
-threads), once per row instead of once per tile.
+element of a long row's fragment takes thousands of terms. Only after the last
+column tile does ``T.reduce_sum`` fold the fragment along the row (within a
+thread, then across the row's threads), once per row instead of once per tile.
 
 Out-of-range elements of a partial tile are loaded as 0, the identity of a
 sum, so no extra mask is needed. The order of additions is fixed by the

@@ -286,9 +286,9 @@ def row_softmax_program(
                 for i, j in T.Parallel(rows, cols):
                     scaled[i, j] = exp(-T.abs(x[i, j] - lane_max[i, j]))
                     grows = x[i, j] > lane_max[i, j]
-                    rescale = T.if_then_else(grows, scaled[i, j], 1.0)
-                    lane_sum[i, j] = lane_sum[i, j] * rescale
-                    lane_lost[i, j] = lane_lost[i, j] * rescale
+                    factor = T.if_then_else(grows, scaled[i, j], 1.0)
+                    lane_sum[i, j] = lane_sum[i, j] * factor
+                    lane_lost[i, j] = lane_lost[i, j] * factor
                     add_compensated(lane_sum, lane_lost, i, j, T.if_then_else(
                         x[i, j] == neg_inf, 0.0, T.if_then_else(grows, 1.0, scaled[i, j])))
                     lane_max[i, j] = T.max(lane_max[i, j], x[i, j])
