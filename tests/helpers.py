@@ -12,7 +12,6 @@ from typing import Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
 import jax_camp
 from jax_camp.ops._spec import SUPPORTED_DTYPES, OpSpec
