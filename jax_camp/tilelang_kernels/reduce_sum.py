@@ -7,8 +7,9 @@ tile at a time: serial, because every step adds to the same accumulator, and
 the steps must happen in order; a resident row is one tile, so one step. Inside
 a step ``T.Parallel`` adds the tile element-wise into a float32 fragment of the
 tile's shape, so every thread keeps its own partial sums in registers and no
-thread waits on another; the sums are compensated (``_compensated.py``), as an
-element of a long row's fragment takes thousands of terms. Only after the last
+thread waits on another; a streamed row's sums are compensated
+(``_compensated.py``), as an element of a long row's fragment takes thousands of
+terms. Only after the last
 column tile does ``T.reduce_sum`` fold the fragment along the row (within a
 thread, then across the row's threads), once per row instead of once per tile.
 
@@ -40,16 +41,24 @@ def reduce_sum_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
         with T.Kernel(T.ceildiv(m, rows), threads=tile.threads) as bx:
             if tile.aligned:
                 T.assume(n % vec == 0)
-            x_tile, acc, lost = row_tiles(tile, dtype, ACCUM, ACCUM)
+            x_tile, acc = row_tiles(tile, dtype, ACCUM)
             total = T.alloc_fragment((rows,), ACCUM)
-            T.annotate_layout({x_tile: layout, acc: layout, lost: layout})
+            # What a streamed row's running sums round away (_compensated.py); a resident row
+            # adds each element once, and rounds nothing away to give back.
+            lost = None if tile.resident else row_tiles(tile, ACCUM)[0]
+            T.annotate_layout({t: layout for t in (x_tile, acc, lost) if t is not None})
             T.clear(acc)
-            T.clear(lost)
+            if not tile.resident:
+                T.clear(lost)
             for kb in T.Serial(column_tiles(tile, n)):
                 T.copy(X[bx * rows, kb * cols], x_tile)
                 for i, j in T.Parallel(rows, cols):
-                    add_compensated(acc, lost, i, j, T.cast(x_tile[i, j], ACCUM))
-            fold_compensation(acc, lost, rows, cols)
+                    if tile.resident:
+                        acc[i, j] += T.cast(x_tile[i, j], ACCUM)
+                    else:
+                        add_compensated(acc, lost, i, j, T.cast(x_tile[i, j], ACCUM))
+            if not tile.resident:
+                fold_compensation(acc, lost, rows, cols)
             T.reduce_sum(acc, total, dim=1)
             for i in T.Parallel(rows):
                 if bx * rows + i < m:
