@@ -79,9 +79,6 @@ def test_derivative(op: RowOp, n, mode, kernels_backend):
     the outputs cancel nowhere. Ours is measured against the derivative in float64 from its own
     output y, which it computes from (a log-probability's rounding alone would make exp(y)
     differ by more than the sum's error); jax.nn's, which derives from x, from the exact y."""
-    if op is LOG_SOFTMAX_OP and jax.default_backend() != "cpu":
-        pytest.skip("log_softmax's GPU derivatives take exp(y) by the fast exp2, whose error at "
-                    "these rows' log-probabilities is 8e-7 (docs/performance_open.md)")
     x = long_row(n)
     v = jnp.full_like(x, 0.1).at[0, 1::2].set(1.0)
     fn = functools.partial(op.fn, backend=kernels_backend)

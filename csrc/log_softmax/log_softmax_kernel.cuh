@@ -5,7 +5,9 @@
 // one reduction along the row then one write pass, with softmax = exp(y):
 // - reverse mode, from the cotangent g: dx = g - exp(y) * sum(g);
 // - forward mode, from the tangent t:   dy = t - sum(exp(y) * t).
-// Each is the other's transpose. exp(y) of a -inf log-probability is 0.
+// Each is the other's transpose. exp(y) of a -inf log-probability is 0. It is
+// PreciseExp, not Exp: y is a log-probability, about -15 in a row of millions,
+// where Exp's error would be about 8e-7 relative (docs/accuracy.md).
 #pragma once
 
 #include "../softmax/softmax_kernel.cuh"
@@ -15,12 +17,14 @@ namespace jax_camp::log_softmax {
 struct LogSoftmaxGradient {
   __device__ __forceinline__ static float Term(float /*y*/, float g) { return g; }
   __device__ __forceinline__ static float Out(float y, float g, float sum) {
-    return g - softmax::Exp(y) * sum;
+    return g - softmax::PreciseExp(y) * sum;
   }
 };
 
 struct LogSoftmaxTangent {
-  __device__ __forceinline__ static float Term(float y, float t) { return softmax::Exp(y) * t; }
+  __device__ __forceinline__ static float Term(float y, float t) {
+    return softmax::PreciseExp(y) * t;
+  }
   __device__ __forceinline__ static float Out(float /*y*/, float t, float dot) { return t - dot; }
 };
 

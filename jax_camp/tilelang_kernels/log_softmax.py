@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import math
 
+import tilelang.language as T
 from tvm import tirx
 
 from jax_camp.tilelang_kernels._row_derivative import reduce_then_write_program
@@ -94,12 +95,17 @@ def log_softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     )
 
 
+# The derivatives take exp(y) by T.exp, CUDA's accurate expf, not softmax's fast exp: y is a
+# log-probability, about -15 in a row of millions, and rounding y * log2(e) for the fast exp2
+# would cost it about 8e-7 of relative error (docs/accuracy.md).
+
+
 def log_softmax_backward_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """Reverse mode: dX = G - exp(Yv) * sum(G) per row, from the forward's output Yv."""
     return reduce_then_write_program(
         "log_softmax_backward", dtype, tile,
         term=lambda y, g: g,
-        output=lambda y, g, total: g - exp(y) * total,
+        output=lambda y, g, total: g - T.exp(y) * total,
     )
 
 
@@ -107,6 +113,6 @@ def log_softmax_tangent_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
     """Forward mode: the tangent out = t - sum(exp(Yv) * t) per row, t coming in as G."""
     return reduce_then_write_program(
         "log_softmax_tangent", dtype, tile,
-        term=lambda y, t: exp(y) * t,
+        term=lambda y, t: T.exp(y) * t,
         output=lambda y, t, total: t - total,
     )
