@@ -53,7 +53,10 @@ backward does: one float32 row sum of a per-element term, then one pass
 writing each element from its two operands and the sum. The builder names its
 operands (Yv, G) -> DX after the backward; the tangent kernel gets t as G.
 Both take p from the forward's output, so nothing of the forward is
-recomputed, and y <= 0 keeps exp(y) from overflowing. Out-of-range columns of
+recomputed, and y <= 0 keeps exp(y) from overflowing. That exp is ``T.exp``
+(CUDA's accurate expf), not the forward's fast exp2 of y * log2(e): y is about
+-15 in a row of millions, where rounding that product would cost exp(y) about
+8e-7 of relative error (docs/accuracy.md). Out-of-range columns of
 a partial tile load y = 0 and g or t = 0: the reverse term g is 0 there and
 the forward term exp(0) * 0 is too, so neither sum needs a mask (exp(y) alone
 would be 1 there). A pass whose formula ignores an operand still copies it
@@ -93,11 +96,6 @@ def log_softmax_masked_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
         "log_softmax_masked", dtype, tile, write=log_normalized, masked_out=-math.inf,
         write_needs_x=True,
     )
-
-
-# The derivatives take exp(y) by T.exp, CUDA's accurate expf, not softmax's fast exp: y is a
-# log-probability, about -15 in a row of millions, and rounding y * log2(e) for the fast exp2
-# would cost it about 8e-7 of relative error (docs/accuracy.md).
 
 
 def log_softmax_backward_program(dtype: str, tile: RowTile) -> tirx.PrimFunc:
