@@ -38,16 +38,22 @@
 namespace jax_camp::softmax {
 
 
-// exp(v) as one multiply and the hardware's exp2: the error this adds is
-// below float32 softmax's tolerance, and it keeps 16-bit inputs memory-bound.
-// The flush-to-zero form is one instruction; exp2f's, three more that keep
-// results below 2^-126 (probabilities under 1e-38 of the row's largest) as
-// denormals instead of zero.
-__device__ __forceinline__ float Exp(float v) {
+// log2(e) in float32, and what that rounding leaves out (PreciseExp).
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLog2eRest = 1.925963e-08f;  // log2(e) - kLog2e
+
+// 2^v by the hardware's exp2. The flush-to-zero form is one instruction;
+// exp2f's, three more that keep results below 2^-126 (probabilities under
+// 1e-38 of the row's largest) as denormals instead of zero.
+__device__ __forceinline__ float Exp2(float v) {
   float result;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(v * 1.4426950408889634f));
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(v));
   return result;
 }
+
+// exp(v) as one multiply and the hardware's exp2: the error this adds is
+// below float32 softmax's tolerance, and it keeps 16-bit inputs memory-bound.
+__device__ __forceinline__ float Exp(float v) { return Exp2(v * kLog2e); }
 
 // exp(v) for log-probabilities v (at most about 0, never +inf), far from 0:
 // about -15 in a row of millions, where Exp's rounding of v * log2(e) costs
@@ -58,12 +64,9 @@ __device__ __forceinline__ float Exp(float v) {
 // returned as it is; the test on the result, not on v, kept ptxas from
 // spilling in the tangent's kernels.
 __device__ __forceinline__ float PreciseExp(float v) {
-  constexpr float kLog2e = 1.4426950408889634f;
-  constexpr float kLog2eRest = 1.925963e-08f;  // log2(e) - kLog2e
   const float scaled = v * kLog2e;
   const float lost = fmaf(v, kLog2e, -scaled) + v * kLog2eRest;
-  float result;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(result) : "f"(scaled));
+  const float result = Exp2(scaled);
   return result == 0.f ? 0.f : fmaf(result, lost * 0.6931471805599453f, result);
 }
 
