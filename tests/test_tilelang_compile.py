@@ -218,6 +218,23 @@ def test_forwards_take_one_fast_exponential_a_value_a_pass(sources, op: str, dty
     assert len(re.findall(r"__expf\(", source)) == calls, source
 
 
+LOG_SOFTMAX_DERIVATIVE_CASES = [
+    case for case in CASES if case[0] in ("log_softmax_backward", "log_softmax_tangent")]
+
+
+@pytest.mark.parametrize("op, dtype, tile", LOG_SOFTMAX_DERIVATIVE_CASES,
+                         ids=map(_case_id, LOG_SOFTMAX_DERIVATIVE_CASES))
+def test_log_softmax_derivatives_take_the_accurate_exponential(
+    sources, op: str, dtype: str, tile: RowTile
+) -> None:
+    """exp(y) of a log-probability is expf, never the forwards' __expf: y is about -15 in a row
+    of millions, where __expf's rounding of y * log2(e) would cost about 8e-7 of relative error
+    (docs/accuracy.md)."""
+    source = sources[(op, dtype, tile)].result()
+    assert re.findall(r"\bexpf\(", source), source
+    assert not re.findall(r"__expf\(", source), source
+
+
 RESIDENT_CASES = [case for case in FORWARD_CASES if case[0].startswith("log_") and case[2].resident]
 
 
