@@ -15,6 +15,9 @@ result does not show:
   their chunk's loads before they take its max (the SASS, where there is a
   cuobjdump): log_softmax's float32 kernel once issued 6 of 16 first, then
   waited on memory twice a row.
+It also checks one property their accuracy rests on, which only a GPU's rows of
+millions would show: log_softmax's derivatives take exp(y) by PreciseExp (a
+literal of its correction in their PTX).
 """
 
 from __future__ import annotations
@@ -114,6 +117,22 @@ def test_no_spills(builds, op):
     assert functions, report
     spilling = [name for name, stack, stores, loads in functions if int(stores) or int(loads)]
     assert not spilling, f"{op}: spills in {spilling}"
+
+
+# PreciseExp's mark in the PTX: what float32 leaves out of log2(e) (kLog2eRest, 1.925963e-08),
+# a literal of its correction that the fast Exp never takes.
+PRECISE_EXP_LITERAL = "0f32A57060"
+
+
+def test_log_softmax_derivatives_take_the_precise_exponential(builds):
+    """log_softmax's backward and tangent take exp(y) by PreciseExp in every instantiation: y is
+    about -15 in a row of millions, where Exp's rounding of y * log2(e) would cost about 8e-7 of
+    relative error (docs/accuracy.md)."""
+    derivatives = {name: body for name, body in _kernels(builds["log_softmax"][1]).items()
+                   if "LogSoftmaxGradient" in name or "LogSoftmaxTangent" in name}
+    assert derivatives
+    fast = [name for name, body in derivatives.items() if PRECISE_EXP_LITERAL not in body]
+    assert not fast, fast
 
 
 # where='s mask, one byte a value, is read a pack at a time: 4 bytes for 4 float32 values, 8 for
