@@ -181,12 +181,16 @@ def test_sums_are_built_for_their_blocks_an_sm(builds):
 def test_16_bit_sums_select_their_packs(builds):
     """reduce_sum adds a 16-bit chunk by RowChunk::Sum: every pack is added and a select keeps the
     row's, one a pack, leaving ptxas no branch to sink a load into; float32 keeps ForEach's branches.
-    Each CompensatedSum::Add, one a float32 pack and one a 16-bit chunk, selects once more (its
-    guard for an inf sum)."""
+    A streamed row's CompensatedSum::Add, one a float32 pack and one a 16-bit chunk, selects once
+    more (its guard for an inf sum); a held row's PlainSum adds with no select."""
     for name, body in _packed_kernels(builds, "reduce_sum").items():
-        chunk = int(re.search(r"Li\d+ELi(\d+)E", name).group(1))
+        chunk, streamed = re.search(r"Li\d+ELi(\d+)ELb([01])E", name).groups()
+        chunk, compensated = int(chunk), streamed == "1"
         selects = len(re.findall(r"\bselp\.f32\b", body))
-        assert selects == (chunk if "ReduceSumKernelIf" in name else chunk + 1), name
+        if "ReduceSumKernelIf" in name:
+            assert selects == (chunk if compensated else 0), name
+        else:
+            assert selects == chunk + compensated, name
 
 
 def _sass_functions(cubin: Path) -> dict[str, str]:

@@ -35,6 +35,16 @@ struct CompensatedSum {
   __device__ __forceinline__ float Value() const { return sum - lost; }
 };
 
+// CompensatedSum's interface without the compensation, for a thread that adds
+// only a few terms (a row held in registers), too few for its sum to drift.
+struct PlainSum {
+  float sum = 0.f;
+
+  __device__ __forceinline__ void Add(float term) { sum += term; }
+
+  __device__ __forceinline__ float Value() const { return sum; }
+};
+
 // The sum of a pack's values, added in pairs, then pairs of pairs.
 template <int kPack>
 __device__ __forceinline__ float PackSum(const float (&values)[kPack]) {

@@ -2,13 +2,14 @@
 // (a few lanes of a warp, two warps of a block shared with other rows, or the
 // block; see row_team.cuh) shares a row: each thread sums its strided share,
 // chunk by chunk with the chunk's loads issued ahead of its adds, into a
-// CompensatedSum, so that rows of millions of values come out as accurate as
-// short ones; then the team's tree reduction combines the partial sums. The
-// order of additions depends only on the shape, so results are bitwise
-// reproducible.
+// CompensatedSum where the row is streamed, so that rows of millions of values
+// come out as accurate as short ones; then the team's tree reduction combines
+// the partial sums. The order of additions depends only on the shape, so
+// results are bitwise reproducible.
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../common/compensated_sum.cuh"
 #include "../common/row_team.cuh"
@@ -51,7 +52,9 @@ __global__ void __launch_bounds__(PolicyFor(sizeof(T)).max_threads, kMinBlocks<T
     const int64_t row = team.RowIn(group);
     const bool valid = row < rows;
     const T* x_row = x + (valid ? row : 0) * cols;
-    CompensatedSum partial;
+    // A held row gives each thread at most a chunk of packs to add, too few
+    // to drift, and compensating them cost time at the small shapes.
+    std::conditional_t<kStreamed, CompensatedSum, PlainSum> partial;
     auto add_chunk = [&](const T* first, int count) {
       RowChunk<T, kPack, kChunk> chunk;
       chunk.Load(first, count, team);
