@@ -178,7 +178,7 @@ def test_sums_are_built_for_their_blocks_an_sm(builds):
         assert re.findall(r"\.minnctapersm (\d+)", body) == [str(expected)], name
 
 
-def test_16_bit_sums_select_their_packs(builds):
+def test_sums_select_once_a_16_bit_pack_and_a_compensated_add(builds):
     """reduce_sum adds a 16-bit chunk by RowChunk::Sum: every pack is added and a select keeps the
     row's, one a pack, leaving ptxas no branch to sink a load into; float32 keeps ForEach's branches.
     A streamed row's CompensatedSum::Add, one a float32 pack and one a 16-bit chunk, selects once
