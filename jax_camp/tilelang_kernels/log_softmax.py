@@ -72,7 +72,7 @@ from tvm import tirx
 
 from jax_camp.tilelang_kernels._row_derivative import reduce_then_write_program
 from jax_camp.tilelang_kernels._rows import RowTile
-from jax_camp.tilelang_kernels.softmax import exp, row_softmax_program
+from jax_camp.tilelang_kernels.softmax import row_softmax_program
 
 
 def log_normalized(shifted, e, log_sum, inv_sum):
