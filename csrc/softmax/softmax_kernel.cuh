@@ -41,6 +41,7 @@ namespace jax_camp::softmax {
 // log2(e) in float32, and what that rounding leaves out (PreciseExp).
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLog2eRest = 1.925963e-08f;  // log2(e) - kLog2e
+constexpr float kLn2 = 0.6931471805599453f;  // 1 / log2(e)
 
 // 2^v by the hardware's exp2. The flush-to-zero form is one instruction;
 // exp2f's, three more that keep results below 2^-126 (probabilities under
@@ -67,7 +68,7 @@ __device__ __forceinline__ float PreciseExp(float v) {
   const float scaled = v * kLog2e;
   const float lost = fmaf(v, kLog2e, -scaled) + v * kLog2eRest;
   const float result = Exp2(scaled);
-  return result == 0.f ? 0.f : fmaf(result, lost * 0.6931471805599453f, result);
+  return result == 0.f ? 0.f : fmaf(result, lost * kLn2, result);
 }
 
 // exp(old_max - new_max) with the equal case (both -inf, an all -inf share so
