@@ -14,7 +14,9 @@ result does not show:
 - softmax's and log_softmax's forward kernels of rows held by a block issuing
   their chunk's loads before they take its max (the SASS, where there is a
   cuobjdump): log_softmax's float32 kernel once issued 6 of 16 first, then
-  waited on memory twice a row.
+  waited on memory twice a row;
+- their forward kernels with where='s mask waiting on memory at most twice a
+  chunk before the row's reduction (the SASS): most once waited 10 to 21 times.
 It also checks one property their accuracy rests on, which only a GPU's rows of
 millions would show: log_softmax's derivatives take exp(y) by PreciseExp (a
 literal of its correction in their PTX).
@@ -227,3 +229,49 @@ def test_held_rows_load_their_chunk_before_its_max(cubins, op):
     late = {name: counts for name, sass in kernels.items()
             if (counts := _loads_after_first_max(sass))[0] > 2 or counts[1] == 0}
     assert not late, f"{op}: (loads after the first max, loads) {late}"
+
+
+def _waits_on_memory(sass: str) -> tuple[int, int]:
+    """(waits on memory, global loads) before the team's reduction (its first SHFL): a wait is
+    an instruction that reads or overwrites a register a load since the last wait writes, with
+    more loads after it. One wait is the least a chunk takes; each more is a trip to memory the
+    thread makes alone."""
+    waits = loads = 0
+    pending: set[int] = set()  # registers written by the loads since the last wait
+    waited = False
+    for line in re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", sass):
+        op, _, operands = line.partition(" ")
+        if op == "SHFL" or op.startswith("SHFL."):
+            break
+        registers = [int(r) for r in re.findall(r"\bR(\d+)\b", operands)]
+        if op.startswith("LDG"):
+            destination, _, address = operands.partition(",")
+            if set(int(r) for r in re.findall(r"\bR(\d+)\b", address)) & pending:
+                pending.clear()
+                waited = True
+            waits += waited
+            waited = False
+            first = int(re.search(r"R(\d+)", destination).group(1))
+            width = 4 if ".128" in op else 2 if ".64" in op else 1
+            pending.update(range(first, first + width))
+            loads += 1
+        elif pending and set(registers) & pending:
+            pending.clear()
+            waited = True
+    return waits, loads
+
+
+@pytest.mark.skipif(CUOBJDUMP is None, reason="needs cuobjdump")
+@pytest.mark.parametrize("op", ("softmax", "log_softmax"))
+def test_masked_rows_wait_on_memory_at_most_twice(cubins, op):
+    """The forward kernels with where='s mask, of rows held by a block or a cluster and of
+    packed rows streamed: a chunk's loads, x's and the mask's, wait on memory at most twice
+    before the team's reduction. Each pack's mask once made bits by compares, whose predicates
+    ptxas ran short of, and most of these kernels waited on memory 10 to 21 times a chunk."""
+    kernels = {name: sass for name, sass in _sass_functions(cubins[op]).items()
+               if re.search(r"SoftmaxForwardKernelILNS0_6OutputE\dELb1E", name)
+               and _pack(name) > 1}
+    assert kernels
+    waiting = {name: counts for name, sass in kernels.items()
+               if (counts := _waits_on_memory(sass))[0] > 2 or counts[1] == 0}
+    assert not waiting, f"{op}: (waits on memory, loads) {waiting}"

@@ -129,17 +129,13 @@ __device__ __forceinline__ void StoreLogSoftmax(const RowChunk<T, kPack, kChunk>
   });
 }
 
-// Where a kernel is short of registers, the forms that hold fewer ran faster or did not
-// spill; elsewhere the forms that let ptxas issue all of a chunk's loads before its first
+// Where a kernel is short of registers, the form that holds fewer ran faster or did not
+// spill; elsewhere the form that lets ptxas issue all of a chunk's loads before its first
 // wait ran faster (docs/performance_notes.md). Short of registers: float32 rows held in
-// clusters (64 values a thread beside the cluster reduction) for both choices, and 16-bit
-// masked chunks (the 64 registers of two blocks an SM) for the mask's.
-// log_softmax's sum of exps by Sum's selects (fewer registers) or ForEach's branches:
+// clusters (64 values a thread beside the cluster reduction), for log_softmax's sum of exps
+// by Sum's selects (fewer registers) or ForEach's branches:
 template <typename T, bool kClusters>
 constexpr bool kFloat32InClusters = kClusters && sizeof(T) == 4;
-// where='s mask made bits as it loads (fewer registers) or kept as bytes until DropFrom:
-template <typename T, bool kClusters>
-constexpr bool kMaskBitsAtLoad = kClusters || sizeof(T) != 4;
 
 // One row held whole in the team's registers, loaded into `chunk` (its masked-out
 // values -inf, `keep` saying which); after_reduce() runs once the team's reduction is done.
@@ -175,10 +171,10 @@ __device__ __forceinline__ void SoftmaxOfHeldRow(RowChunk<T, kPack, kChunk>& chu
     });
   } else {
     // log_softmax writes from x, which it keeps. Summed by ForEach's branches, but for
-    // float32 in clusters, where ForEach spilled: elsewhere Sum's selects let ptxas hold
-    // back a chunk's later loads until its first packs' max was taken, a second wait on
-    // memory every row.
-    if constexpr (kFloat32InClusters<T, kClusters>) {
+    // float32 in clusters without a mask, where ForEach spilled: elsewhere Sum's selects let
+    // ptxas hold back a chunk's later loads until its first packs' max was taken, a second
+    // wait on memory every row (with a mask, every few packs).
+    if constexpr (kFloat32InClusters<T, kClusters> && std::is_same_v<Keep, AllKept>) {
       thread_sum = chunk.Sum(packs, team, 0.f, [&](float v) { return Exp(v - shift); });
     } else {
       chunk.ForEach(packs, team, [&](int, int, const float(&v)[kPack]) {
@@ -238,7 +234,6 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, const uint8_t* ma
   ForEachChunkOf(packs, chunk_packs, [&](int64_t first, int count) {
     chunk.Load(x + first * kPack, count, team);
     keep.Load(kMasked ? mask + first * kPack : nullptr, count, team);
-    keep.DropFrom(chunk);  // the mask's bits for Keeps (the values it drops are not written)
     if constexpr (kOutput == Output::kSoftmax) {
       chunk.ForEach(count, team, [&](int i, int col, const float(&v)[kPack]) {
         float out[kPack];
@@ -258,11 +253,12 @@ __device__ __forceinline__ void SoftmaxRowStreamed(const T* x, const uint8_t* ma
 // an SM overlaps one's stores with the other's loads, which paid more than
 // the registers a single block could have. Larger chunks need
 // more than 64 registers, and so did the cluster reduction beside a scalar
-// chunk (it spilled), and a masked scalar chunk beside its mask's bits; there,
-// and for streamed rows, ptxas takes what it needs.
+// chunk (it spilled), and a masked scalar or 16-bit chunk beside its mask (they
+// spilled, the 16-bit ones with all of x's and the mask's loads in flight at
+// once); there, and for streamed rows, ptxas takes what it needs.
 template <typename T, int kPack, int kChunk, RowLayout kLayout, bool kMasked>
 constexpr int kForwardMinBlocks =
-    sizeof(T) * kPack * kChunk <= 128 && !(kMasked && kPack == 1) &&
+    sizeof(T) * kPack * kChunk <= 128 && !(kMasked && (kPack == 1 || sizeof(T) < 4)) &&
             (kLayout == RowLayout::kHeld || (kLayout == RowLayout::kHeldInCluster && kPack > 1))
         ? 2
         : 1;
@@ -336,7 +332,7 @@ __global__ void __launch_bounds__(kForwardPolicy.max_threads,
       const int packs = valid ? held_packs : 0;
       RowChunk<T, kPack, kChunk> chunk;
       chunk.Load(x + offset, packs, team);
-      KeepOf<kMasked, kPack, kChunk, kMaskBitsAtLoad<T, kClusters>> keep;
+      KeepOf<kMasked, kPack, kChunk> keep;
       keep.Load(row_mask, packs, team);
       keep.DropFrom(chunk);
       SoftmaxOfHeldRow<kOutput, T, kPack, kChunk, kClusters>(chunk, keep, y + offset, packs, team,

@@ -21,11 +21,16 @@ template <Output kOutput, bool kMasked, typename T>
 struct SelectForwardKernel {
   template <typename Pack, typename Chunk, typename Layout>
   auto operator()(Pack, Chunk, Layout, const RowLaunch& plan) const {
+    // A masked float32 row streams half the plan's chunk at a time: with its mask beside
+    // it, the whole chunk spilled.
+    constexpr int kChunk = kMasked && sizeof(T) == 4 && Layout::value == RowLayout::kStreamed
+                               ? Chunk::value / 2
+                               : Chunk::value;
     auto kernel = [](auto team_per_row) {
       return RowKernel{
-          SoftmaxForwardKernel<kOutput, kMasked, T, Pack::value, Chunk::value, Layout::value,
+          SoftmaxForwardKernel<kOutput, kMasked, T, Pack::value, kChunk, Layout::value,
                                decltype(team_per_row)::value>,
-          kForwardPrefetchBytes<T, Pack::value, Chunk::value, Layout::value, kMasked>};
+          kForwardPrefetchBytes<T, Pack::value, kChunk, Layout::value, kMasked>};
     };
     if constexpr (Layout::value == RowLayout::kHeld) {
       // Teams of a warp to a block (of at most 512 threads) a row.

@@ -22,40 +22,27 @@ struct AllKept {
   __device__ __forceinline__ bool Keeps(int, int) const { return true; }
 };
 
-// kBitsAtLoad: Load makes each pack's bytes bits as it reads them, holding fewer registers.
-// Otherwise it keeps the bytes until DropFrom, so that ptxas issues all of the chunk's
-// loads, x's and the mask's, before it waits on any: made bits at once, each pack's bits
-// waited for its load before the next loads were issued. Which kernels take which is
-// kMaskBitsAtLoad's (softmax_kernel.cuh).
-template <int kPack, int kChunk, bool kBitsAtLoad>
+template <int kPack, int kChunk>
 class ChunkMask {
  public:
   // The mask of the chunk RowChunk::Load loads from the same place: the bytes of pack i at
-  // mask pack team.PackOf(i) from `first`, clamped to pack 0 past `count` as there.
+  // mask pack team.PackOf(i) from `first`, clamped to pack 0 past `count` as there, made bits
+  // as they come.
   __device__ __forceinline__ void Load(const uint8_t* first, int count, const RowTeam& team) {
-    if constexpr (kBitsAtLoad) ClearBits();
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) bits_[w] = 0;
 #pragma unroll
     for (int i = 0; i < kChunk; ++i) {
       const int p = team.PackOf(i);
-      const uint8_t* bytes = first + (p < count ? p : 0) * kPack;
-      if constexpr (kBitsAtLoad) {
-        bits_[i * kPack / 32] |= PackBits(bytes) << (i * kPack % 32);
-      } else {
-        bytes_[i] = LoadPack(bytes);
-      }
+      bits_[i * kPack / 32] |= BitsOf(LoadPack(first + (p < count ? p : 0) * kPack))
+                               << (i * kPack % 32);
     }
   }
 
-  // Makes the loaded bytes bits and sets the chunk's masked-out values to -inf, so that they
-  // take no part in the row's max and sum of exps.
+  // Sets the chunk's masked-out values to -inf, so that they take no part in the row's max
+  // and sum of exps.
   template <typename T>
-  __device__ __forceinline__ void DropFrom(RowChunk<T, kPack, kChunk>& chunk) {
-    if constexpr (!kBitsAtLoad) {
-      ClearBits();
-#pragma unroll
-      for (int i = 0; i < kChunk; ++i)
-        bits_[i * kPack / 32] |= BitsOf(bytes_[i]) << (i * kPack % 32);
-    }
+  __device__ __forceinline__ void DropFrom(RowChunk<T, kPack, kChunk>& chunk) const {
     using Pack = typename RowChunk<T, kPack, kChunk>::StoredPack;
     const unsigned neg_inf = ValueBits<T>::FromFloat(-INFINITY);
 #pragma unroll
@@ -65,24 +52,24 @@ class ChunkMask {
         const int shift = Pack::kBits * (k % Pack::kPerWord);
         const unsigned value_bits = (Pack::kPerWord == 1 ? ~0u : 0xffffu) << shift;
         unsigned& word = chunk.packs[i].words[k / Pack::kPerWord];
-        word = Keeps(i, k) ? word : (word & ~value_bits) | (neg_inf << shift);
+        // A select by bit arithmetic, with no predicate (see BitsOf).
+        const unsigned kept = 0u - KeptBit(i, k);  // all ones where kept
+        word = (word & (kept | ~value_bits)) | ((neg_inf << shift) & value_bits & ~kept);
       }
     }
   }
 
   // Whether value k of pack i takes part in its row.
-  __device__ __forceinline__ bool Keeps(int i, int k) const {
-    const int bit = i * kPack + k;
-    return (bits_[bit / 32] >> (bit % 32)) & 1u;
-  }
+  __device__ __forceinline__ bool Keeps(int i, int k) const { return KeptBit(i, k) != 0; }
 
  private:
   static_assert(kPack == 1 || kPack == 4 || kPack == 8, "a pack's mask is 1, 4 or 8 bytes");
   static constexpr int kWords = (kPack * kChunk + 31) / 32;
 
-  __device__ __forceinline__ void ClearBits() {
-#pragma unroll
-    for (int w = 0; w < kWords; ++w) bits_[w] = 0;
+  // 1 where value k of pack i takes part in its row, else 0.
+  __device__ __forceinline__ unsigned KeptBit(int i, int k) const {
+    const int bit = i * kPack + k;
+    return (bits_[bit / 32] >> (bit % 32)) & 1u;
   }
 
   // The kPack mask bytes at `bytes`, read as one access, as the low bytes of a uint2.
@@ -95,41 +82,30 @@ class ChunkMask {
     }
   }
 
-  // BitsOf(LoadPack(bytes)) written out as one function: as those two calls, ptxas
-  // scheduled the float32 cluster kernel otherwise, and it ran slower.
-  static __device__ __forceinline__ unsigned PackBits(const uint8_t* bytes) {
-    if constexpr (kPack == 1) {
-      return *bytes != 0;
-    } else {
-      const uint2 words = kPack == 8 ? *reinterpret_cast<const uint2*>(bytes)
-                                     : make_uint2(*reinterpret_cast<const unsigned*>(bytes), 0);
-      unsigned bits = 0;
-#pragma unroll
-      for (int k = 0; k < kPack; ++k) {
-        const unsigned word = k < 4 ? words.x : words.y;
-        bits |= (((word >> (8 * (k % 4))) & 0xffu) != 0) << k;
-      }
-      return bits;
-    }
-  }
-
-  // A pack's bytes (LoadPack's) as kPack bits, bit k set where byte k is nonzero.
+  // A pack's bytes (LoadPack's) as kPack bits, bit k set where byte k is nonzero. In integer
+  // arithmetic, not a compare a byte: those compares take predicate registers, of which a
+  // thread has seven, and with them ptxas waited on each pack's mask before it issued the
+  // next pack's loads, x's included.
   static __device__ __forceinline__ unsigned BitsOf(uint2 bytes) {
-    unsigned bits = 0;
-#pragma unroll
-    for (int k = 0; k < kPack; ++k) {
-      const unsigned word = k < 4 ? bytes.x : bytes.y;
-      bits |= (((word >> (8 * (k % 4))) & 0xffu) != 0) << k;
+    if constexpr (kPack == 1) {
+      return bytes.x != 0;
+    } else {
+      const unsigned low = NonzeroBytes(bytes.x);
+      return kPack == 8 ? low | NonzeroBytes(bytes.y) << 4 : low;
     }
-    return bits;
   }
 
-  uint2 bytes_[kChunk];  // kept only without kBitsAtLoad
+  // Bit k set where byte k of `word` is nonzero: each byte made 0 or 1, then one multiply
+  // gathers them, byte k times 2^k landing in the top byte (sums below 16, so no carries).
+  static __device__ __forceinline__ unsigned NonzeroBytes(unsigned word) {
+    return ((__vcmpne4(word, 0u) & 0x01010101u) * 0x01020408u) >> 24;
+  }
+
   unsigned bits_[kWords];
 };
 
 // A kernel's mask: a ChunkMask where it has one, else AllKept.
-template <bool kMasked, int kPack, int kChunk, bool kBitsAtLoad = false>
-using KeepOf = std::conditional_t<kMasked, ChunkMask<kPack, kChunk, kBitsAtLoad>, AllKept>;
+template <bool kMasked, int kPack, int kChunk>
+using KeepOf = std::conditional_t<kMasked, ChunkMask<kPack, kChunk>, AllKept>;
 
 }  // namespace jax_camp::softmax
