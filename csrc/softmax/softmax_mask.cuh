@@ -22,6 +22,7 @@ struct AllKept {
   __device__ __forceinline__ bool Keeps(int, int) const { return true; }
 };
 
+// A thread's mask for its RowChunk of kChunk packs: one bit a value, made as the bytes load.
 template <int kPack, int kChunk>
 class ChunkMask {
  public:
