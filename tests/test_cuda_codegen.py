@@ -232,10 +232,10 @@ def test_held_rows_load_their_chunk_before_its_max(cubins, op):
 
 
 def _waits_on_memory(sass: str) -> tuple[int, int]:
-    """(waits on memory, global loads) before the team's reduction (its first SHFL): a wait is
-    an instruction that reads or overwrites a register a load since the last wait writes, with
-    more loads after it. One wait is the least a chunk takes; each more is a trip to memory the
-    thread makes alone."""
+    """(waits on memory, global loads) before the team's reduction (its first SHFL). A wait is
+    an instruction that reads or overwrites a register written by a load issued since the last
+    wait, counted where more loads follow it: a chunk whose loads all go out first waits 0
+    times, and each wait is a trip to memory the thread makes before it issues the rest."""
     waits = loads = 0
     pending: set[int] = set()  # registers written by the loads since the last wait
     waited = False
