@@ -28,7 +28,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import pytest
 
@@ -203,14 +203,23 @@ def _sass_functions(cubin: Path) -> dict[str, str]:
             for m in re.finditer(r"Function : (\S+)\n(.*?)(?=Function : |\Z)", sass, re.S)}
 
 
+def _instructions_before_reduction(sass: str) -> Iterator[tuple[str, str]]:
+    """(opcode with its modifiers, operands) of each instruction of a kernel's SASS, its
+    predicate dropped, up to the team's reduction (its first SHFL)."""
+    for line in re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", sass):
+        opcode, _, operands = line.partition(" ")
+        if opcode.split(".")[0] == "SHFL":
+            return
+        yield opcode, operands
+
+
 def _loads_after_first_max(sass: str) -> tuple[int, int]:
     """(global loads issued after the first max instruction, global loads) before the team's
-    reduction (its first SHFL): loads after the max are a second wait on memory."""
+    reduction: loads after the max are a second wait on memory."""
     loads = after = 0
     seen_max = False
-    for op in re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z0-9]+)", sass):
-        if op == "SHFL":
-            break
+    for opcode, _ in _instructions_before_reduction(sass):
+        op = opcode.split(".")[0]
         seen_max = seen_max or op in ("FMNMX", "HMNMX2", "VHMNMX")
         if op == "LDG":
             loads += 1
@@ -231,22 +240,23 @@ def test_held_rows_load_their_chunk_before_its_max(cubins, op):
     assert not late, f"{op}: (loads after the first max, loads) {late}"
 
 
+def _registers(operands: str) -> set[int]:
+    """The general registers an instruction's operands name (R12 -> 12)."""
+    return {int(r) for r in re.findall(r"\bR(\d+)\b", operands)}
+
+
 def _waits_on_memory(sass: str) -> tuple[int, int]:
-    """(waits on memory, global loads) before the team's reduction (its first SHFL). A wait is
-    an instruction that reads or overwrites a register written by a load issued since the last
-    wait, counted where more loads follow it: a chunk whose loads all go out first waits 0
-    times, and each wait is a trip to memory the thread makes before it issues the rest."""
+    """(waits on memory, global loads) before the team's reduction. A wait is an instruction
+    that reads or overwrites a register written by a load issued since the last wait, counted
+    where more loads follow it: a chunk whose loads all go out first waits 0 times, and each
+    wait is a trip to memory the thread makes before it issues the rest."""
     waits = loads = 0
     pending: set[int] = set()  # registers written by the loads since the last wait
     waited = False
-    for line in re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([^;]*);", sass):
-        op, _, operands = line.partition(" ")
-        if op == "SHFL" or op.startswith("SHFL."):
-            break
-        registers = [int(r) for r in re.findall(r"\bR(\d+)\b", operands)]
+    for op, operands in _instructions_before_reduction(sass):
         if op.startswith("LDG"):
             destination, _, address = operands.partition(",")
-            if set(int(r) for r in re.findall(r"\bR(\d+)\b", address)) & pending:
+            if _registers(address) & pending:
                 pending.clear()
                 waited = True
             waits += waited
@@ -255,7 +265,7 @@ def _waits_on_memory(sass: str) -> tuple[int, int]:
             width = 4 if ".128" in op else 2 if ".64" in op else 1
             pending.update(range(first, first + width))
             loads += 1
-        elif pending and set(registers) & pending:
+        elif pending and _registers(operands) & pending:
             pending.clear()
             waited = True
     return waits, loads
