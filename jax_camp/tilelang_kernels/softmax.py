@@ -82,11 +82,18 @@ with X's, in X's layout, so a thread holds the mask bytes of its own elements
 (on aligned rows in vectors too, of one byte per element of X's vector).
 Pass 1 turns a masked-out element into -inf, as it does a column past the row's
 end: it enters neither the max nor the sum, and a NaN or +inf there changes
-nothing. Pass 2 stores 0 for it, jax's answer, whatever e / s would give (a
-resident tile whose threads hold many values reads the mask again there rather
-than hold a byte a value through pass 1). So the kept elements come out as a
-row of them alone would (all -inf: NaN, as in jax), and a fully masked row,
-which has no kept element and s = 0, comes out all 0, never NaN.
+nothing. It does so by arithmetic, x = min(x, +inf or -inf) with the bound
+made from the mask byte, not by a select: a select compiles to one compare an
+element, each holding one of a thread's seven predicate registers, and where a
+thread holds more values than that, ptxas waits on each mask load to free
+them before it issues the next load, so a row came in over several round
+trips to memory. (min(NaN, +inf) is +inf, so a kept NaN becomes +inf: either
+makes the whole row NaN, as in jax.) Pass 2 stores 0 for a masked-out element,
+jax's answer, whatever e / s would give (a resident tile whose threads hold
+many values reads the mask again there rather than hold a byte a value through
+pass 1). So the kept elements come out as a row of them alone would (all -inf:
+NaN, as in jax), and a fully masked row, which has no kept element and s = 0,
+comes out all 0, never NaN.
 
 Backward: dx = y * (g - sum(g * y)) along the row, from the forward's output
 y and the incoming cotangent g: one row sum of g * y, then each element's dx,
@@ -227,7 +234,9 @@ def row_softmax_program(
         for i, j in T.Parallel(rows, cols):
             x[i, j] = T.if_then_else(kb * cols + j < n, T.cast(x_tile[i, j], ACCUM), neg_inf)
             if masked:
-                x[i, j] = T.if_then_else(keep[i, j] != 0, x[i, j], neg_inf)
+                # +inf for a kept element, -inf for a masked-out one: no compare (docstring).
+                bound = (2.0 * T.cast(keep[i, j], ACCUM) - 1.0) * T.infinity(ACCUM)
+                x[i, j] = T.min(x[i, j], bound)
 
     # Pass 2 on tile kb, loaded into x (and keep): each element's output, stored to Y. A
     # resident row passes the exponentials pass 1 kept in ``kept_exp``; a streamed one None.
