@@ -12,7 +12,7 @@ kernels must move their full tiles with 128-bit vector loads and stores, and
 the row kernels, on 16-byte aligned rows (every resident tile), load their
 operands 128 bits at a time; softmax's and log_softmax's forwards take one
 fast exponential a value a pass; the masked ones load the mask a vector at a
-time. The bridge hands the masked kernels JAX's bool mask without converting it.
+time and compare no mask byte before the row's maximum. The bridge hands the masked kernels JAX's bool mask without converting it.
 """
 
 from __future__ import annotations
@@ -195,6 +195,26 @@ def test_aligned_masked_kernels_load_the_mask_in_vectors(sources, op: str, dtype
     assert _mask_loads(source, dtype), (
         f"no {width}-byte load from Mask in the aligned {op} {dtype} {tile.name} kernel:\n{source}"
     )
+
+
+MASKED_CASES = [case for case in CASES if case[0] in MASKED_OPS]
+# A compare of a mask byte in TileLang's CUDA: the byte read through an int cast, or beside a
+# comparison operator.
+MASK_COMPARE = r"\(\(int\)keep\w*\[|\bkeep\w*\[[^\]]*\]\)*\s*(?:!=|==|<=|>=|<|>)"
+
+
+@pytest.mark.parametrize("op, dtype, tile", MASKED_CASES, ids=map(_case_id, MASKED_CASES))
+def test_masked_kernels_drop_values_without_comparing_mask_bytes(
+    sources, op: str, dtype: str, tile: RowTile
+) -> None:
+    """Pass 1 drops a masked-out value by min(x, +-inf), not by a select on its mask byte: a
+    compare a value takes a predicate register each, and past a thread's seven ptxas waits on
+    the mask's loads before it issues x's (softmax.py). So nothing before the row's first max
+    reduction compares a mask byte; pass 2, which stores the masked value, does."""
+    source = sources[(op, dtype, tile)].result()
+    first_max = source.index("tl::MaxOp")
+    assert not re.search(MASK_COMPARE, source[:first_max]), source
+    assert re.search(MASK_COMPARE, source[first_max:]), source
 
 
 # The __expf calls in each forward's CUDA, for a resident tile and a streamed one: a resident
