@@ -12,7 +12,8 @@ kernels must move their full tiles with 128-bit vector loads and stores, and
 the row kernels, on 16-byte aligned rows (every resident tile), load their
 operands 128 bits at a time; softmax's and log_softmax's forwards take one
 fast exponential a value a pass; the masked ones load the mask a vector at a
-time and compare no mask byte before the row's maximum. The bridge hands the masked kernels JAX's bool mask without converting it.
+time and compare no mask byte before the row's maximum. The bridge hands the
+masked kernels JAX's bool mask without converting it.
 """
 
 from __future__ import annotations
@@ -207,9 +208,9 @@ MASK_COMPARE = r"\(\(int\)keep\w*\[|\bkeep\w*\[[^\]]*\]\)*\s*(?:!=|==|<=|>=|<|>)
 def test_masked_kernels_drop_values_without_comparing_mask_bytes(
     sources, op: str, dtype: str, tile: RowTile
 ) -> None:
-    """Pass 1 drops a masked-out value by min(x, +-inf), not by a select on its mask byte: a
-    compare a value takes a predicate register each, and past a thread's seven ptxas waits on
-    the mask's loads before it issues x's (softmax.py). So nothing before the row's first max
+    """Pass 1 drops a masked-out value by min(x, +-inf), not by a select on its mask byte:
+    each compare takes a predicate register, and past a thread's seven ptxas waits on the
+    mask's loads before it issues x's (softmax.py). So nothing before the row's first max
     reduction compares a mask byte; pass 2, which stores the masked value, does."""
     source = sources[(op, dtype, tile)].result()
     first_max = source.index("tl::MaxOp")
