@@ -327,7 +327,7 @@ def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:
 def test_a_16_bit_cluster_part_takes_half_the_threads(sources, op: str) -> None:
     """A block holding part of a row over a cluster is alone on its SM: 1024 threads of 32
     values in float32, 512 of 64 in the 16-bit types, where fewer threads take each row's
-    reductions and the cluster's exchange (docs/tilelang_design.md)."""
+    reductions and the cluster's exchange (docs/tilelang_design_long_rows.md)."""
     for dtype in CLUSTER_KERNELS[op]:
         for tile in (t for t in all_tiles(dtype, op) if t.cluster > 1):
             threads = MAX_THREADS if dtype == "float32" else MAX_THREADS // 2

@@ -74,7 +74,7 @@ ROW_BYTES_KEPT_IN_L2 = (96 * 1024, 192 * 1024)
 # to fit two blocks an SM (RowTile.blocks_per_sm): left alone it gives their tile a few registers
 # a thread past the 64 at which two blocks of 512 threads share an SM's 65536, so one block an SM.
 # Held to 64, the tile spills a little since the streamed sums are compensated
-# (docs/tilelang_design.md). But for rows of ROW_BYTES_KEPT_IN_L2 bytes, as above.
+# (docs/tilelang_design_long_rows.md). But for rows of ROW_BYTES_KEPT_IN_L2 bytes, as above.
 TWO_BLOCK_KERNELS = ("softmax_masked", "log_softmax_masked")
 SHORT_ROWS, SHORT_ROW_THREADS = 4, 128
 
