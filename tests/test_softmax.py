@@ -100,7 +100,8 @@ def test_rows_held_over_a_cluster(op, shape, dtype, where, backend):
     fn = functools.partial(op.fn, where=mask, backend=backend)
     if backend == "tilelang":  # held where the GPU has clusters and the kernel a cluster tile
         from jax_camp.tilelang_kernels.bridge import resident_clusters
-        held = bool(resident_clusters()) and not (where and dtype == jnp.float32)
+        held = bool(resident_clusters()) and not (where and dtype == jnp.float32
+                                                   and op.fn is jax_camp.log_softmax)
         assert ("_cluster" in hlo_text(fn, x)) == held
     assert_special_values_match(fn(x), op.jax_fn(x, where=mask), dtype)
 

@@ -97,13 +97,13 @@ def test_rows_that_fit_are_resident(dtype: str, op: str) -> None:
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_long_aligned_rows_are_held_over_a_cluster_where_it_gains(dtype: str, op: str) -> None:
     """On a GPU with clusters, softmax's and log_softmax's long aligned rows of up to 262144
-    columns (with where= in the 16-bit types; softmax's backward's in float32) are held over
-    the fewest blocks, a power of two, of 32768 columns each, where the row fills 3/4 of the
-    blocks' columns or more, each block taking the rows that make one wave of clusters,
-    however few; elsewhere, and without clusters, long rows are streamed."""
+    columns (softmax's with where= too, log_softmax's in the 16-bit types; softmax's backward's
+    in float32) are held over the fewest blocks, a power of two, of 32768 columns each, where
+    the row fills 3/4 of the blocks' columns or more, each block taking the rows that make one
+    wave of clusters, however few; elsewhere, and without clusters, long rows are streamed."""
     held = dtype in CLUSTER_KERNELS.get(op, ())
-    assert held == (op in ("softmax", "log_softmax")
-                    or (op.endswith("_masked") and dtype != "float32")
+    assert held == (op in ("softmax", "log_softmax", "softmax_masked")
+                    or (op == "log_softmax_masked" and dtype != "float32")
                     or (op, dtype) == ("softmax_backward", "float32"))
     clustered = {tile for tile in all_tiles(dtype, op) if tile.cluster > 1}
     assert clustered == ({cluster_tile(dtype, blocks, groups) for blocks in (2, 4, 8)
@@ -165,14 +165,15 @@ def test_long_16_bit_rows_take_two_blocks_an_sm_unless_l2_keeps_them(dtype: str,
 
 
 def test_only_the_kernels_that_gain_hold_rows_past_16384() -> None:
-    """softmax, log_softmax and softmax's backward hold rows of up to 32768 values, and so do
-    softmax's masked forward and log_softmax's backward in the 16-bit types; the other kernels
-    that hold a mask or a second operand beside a row, and reduce_sum, stream them."""
+    """softmax, log_softmax, softmax's masked forward and softmax's backward hold rows of up to
+    32768 values, and so do log_softmax's backward in the 16-bit types and its masked forward
+    in float32; the other kernels that hold a mask or a second operand beside a row, and
+    reduce_sum, stream them."""
     wide = {(op, dtype) for op in ROW_OPS for dtype in DTYPES if resident_limit(op, dtype) > 16384}
-    every_dtype = ("softmax", "log_softmax", "softmax_backward")
-    sixteen_bit = ("softmax_masked", "log_softmax_backward")
+    every_dtype = ("softmax", "log_softmax", "softmax_masked", "softmax_backward")
     assert wide == {*((op, dtype) for op in every_dtype for dtype in DTYPES),
-                    *((op, dtype) for op in sixteen_bit for dtype in ("bfloat16", "float16"))}
+                    ("log_softmax_backward", "bfloat16"), ("log_softmax_backward", "float16"),
+                    ("log_softmax_masked", "float32")}
     assert all(resident_limit(op, dtype) == 32768 for op, dtype in wide)
 
 

@@ -30,9 +30,10 @@ The resident limit (``resident_limit``) is RESIDENT_LIMIT for most kernels. The 
 forwards, softmax and log_softmax, hold nothing of a row beside its values, so rows of up to
 WIDE_RESIDENT_LIMIT still fit one block's registers without a spill, at 32 values a thread;
 reading such a row once outweighs the one block an SM that leaves. So does softmax's masked
-forward in the 16-bit types (whose tile reads the mask again for pass 2 unless it takes row
-groups), and the backward kernels, whose y and g held spill a little but are read once rather
-than twice, softmax's in every dtype and log_softmax's in the 16-bit ones
+forward (whose tile reads the mask again for pass 2 unless it takes row groups), and
+log_softmax's in float32 (reading x and the mask again, still faster than the long-row tile's
+two passes over both), and the backward kernels, whose y and g held spill a little but are
+read once rather than twice, softmax's in every dtype and log_softmax's in the 16-bit ones
 (WIDE_RESIDENT_KERNELS). The other kernels that hold a mask or a second operand beside a row
 spill more, or ran slower than the long-row tile there, and reduce_sum reads a row once either
 way.
@@ -59,7 +60,8 @@ RESIDENT_LIMIT = 16384
 WIDE_RESIDENT_LIMIT = 32768
 # The kernels that hold rows of up to WIDE_RESIDENT_LIMIT, and the dtypes they do it in.
 WIDE_RESIDENT_KERNELS = {"softmax": tuple(ITEMSIZE), "log_softmax": tuple(ITEMSIZE),
-                         "softmax_masked": ("bfloat16", "float16"),
+                         "softmax_masked": tuple(ITEMSIZE),
+                         "log_softmax_masked": ("float32",),
                          "softmax_backward": tuple(ITEMSIZE),
                          "log_softmax_backward": ("bfloat16", "float16")}
 LONG_ROW_THREADS = 512
@@ -106,8 +108,9 @@ ROW_GROUP_KERNELS = {"softmax": 1, "log_softmax": 2, "softmax_masked": 2, "log_s
 # percent apart; a grid of more clusters would run a last, partial wave. With parts less than
 # CLUSTER_MIN_FILL full on average, a cluster is slower than a block streaming its row. The
 # kernels that gain, by dtype: softmax's backward in float32 only, since in 16-bit types its
-# cluster tile ran slower than the streamed one (docs/tilelang.md); where='s forwards in the
-# 16-bit types only, since a float32 part held beside its mask spills.
+# cluster tile ran slower than the streamed one (docs/tilelang.md); log_softmax's masked
+# forward in the 16-bit types only, since its float32 part held beside the mask spills more
+# than softmax's and ran slower than the streamed tile over 8 blocks.
 CLUSTER_PART_COLS = 32768
 # The threads of a block holding a part: a float32 part takes MAX_THREADS, 32 values a thread;
 # a 16-bit one half as many, 64 values a thread. Each block is alone on its SM either way, and
@@ -120,7 +123,7 @@ MAX_CLUSTER = CLUSTER_SIZES[-1]
 CLUSTER_MIN_FILL = 0.75
 WAVE_GROUPS_BITS = 6
 CLUSTER_KERNELS = {"softmax": tuple(ITEMSIZE), "log_softmax": tuple(ITEMSIZE),
-                   "softmax_masked": ("bfloat16", "float16"),
+                   "softmax_masked": tuple(ITEMSIZE),
                    "log_softmax_masked": ("bfloat16", "float16"),
                    "softmax_backward": ("float32",)}
 

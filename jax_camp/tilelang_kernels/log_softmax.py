@@ -13,7 +13,8 @@ exp(x - m) * (1/s); log_softmax takes no exponential there and writes
 So log_softmax's pass 2 needs x, where softmax's needs only the exponentials
 pass 1 kept. A resident tile holds x for it while its threads hold up to 16
 values of the row; 16-bit rows of 8192 and 16384, and rows of 32768 (which the
-unmasked forwards hold, ``_rows.resident_limit``), give a thread 32, and x beside
+unmasked forwards and the float32 masked one hold, ``_rows.resident_limit``), give a
+thread 32, and x beside
 the exponentials would take so many registers that fewer blocks fit an SM, so
 there pass 2 reads the row again, from L2, where pass 1 has just read it. The
 16-bit tiles of 32768 that take row groups, alone on their SM either way, hold

@@ -3,8 +3,8 @@
 Each kernel is built for one tile (``_rows.py``), picked from the row length
 when a call is traced, and its code takes one of two shapes:
 
-Resident rows (16-byte aligned, up to 32768 elements for the unmasked
-forward, softmax's backward, log_softmax's 16-bit backward and the 16-bit
+Resident rows (16-byte aligned, up to 32768 elements for the forwards,
+softmax's backward and log_softmax's 16-bit backward, but log_softmax's 16-bit
 masked forward, 16384 for the others: ``_rows.resident_limit``). The block's
 tile is as wide as the row, so one ``T.copy`` brings the whole row into
 registers, and everything after reads it there: ``T.reduce_max`` for the row
@@ -24,8 +24,8 @@ the current one, so the loads of one row overlap the reductions of the last.
 ``_rows.row_tile`` says which kernels gain, and from how many rows.
 
 Rows held over a cluster (softmax's and log_softmax's aligned rows of up to
-262144, with where= in the 16-bit types, on GPUs with thread-block clusters;
-the mask's part loads beside x's). A row too long for one block is
+262144, with where= too but for log_softmax's in float32, on GPUs with
+thread-block clusters; the mask's part loads beside x's). A row too long for one block is
 split into parts of 32768 columns, one a block of a cluster, each held as a
 resident tile: its own max m and sum s, exchanged with the cluster's other
 blocks through distributed shared memory (``share_over_cluster``), give every
