@@ -31,8 +31,8 @@ forwards, softmax and log_softmax, hold nothing of a row beside its values, so r
 WIDE_RESIDENT_LIMIT still fit one block's registers without a spill, at 32 values a thread;
 reading such a row once outweighs the one block an SM that leaves. So does softmax's masked
 forward (whose tile reads the mask again for pass 2 unless it takes row groups), and
-log_softmax's in float32 (reading x and the mask again, still faster than the long-row tile's
-two passes over both), and the backward kernels, whose y and g held spill a little but are
+log_softmax's in float32 (reading x and the mask again for pass 2, yet faster than the
+long-row tile), and the backward kernels, whose y and g held spill a little but are
 read once rather than twice, softmax's in every dtype and log_softmax's in the 16-bit ones
 (WIDE_RESIDENT_KERNELS). The other kernels that hold a mask or a second operand beside a row
 spill more, or ran slower than the long-row tile there, and reduce_sum reads a row once either

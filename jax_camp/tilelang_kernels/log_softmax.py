@@ -13,13 +13,12 @@ exp(x - m) * (1/s); log_softmax takes no exponential there and writes
 So log_softmax's pass 2 needs x, where softmax's needs only the exponentials
 pass 1 kept. A resident tile holds x for it while its threads hold up to 16
 values of the row; 16-bit rows of 8192 and 16384, and rows of 32768 (which the
-unmasked forwards and the float32 masked one hold, ``_rows.resident_limit``), give a
-thread 32, and x beside
-the exponentials would take so many registers that fewer blocks fit an SM, so
-there pass 2 reads the row again, from L2, where pass 1 has just read it. The
-16-bit tiles of 32768 that take row groups, alone on their SM either way, hold
-x all the same (``reads_again_for_pass_2``; docs/tilelang_design.md has the
-measurements).
+unmasked forwards and the float32 masked one hold, ``_rows.resident_limit``),
+give a thread 32, and x beside the exponentials would take so many registers
+that fewer blocks fit an SM, so there pass 2 reads the row again, from L2,
+where pass 1 has just read it. The 16-bit tiles of 32768 that take row groups,
+alone on their SM either way, hold x all the same (``reads_again_for_pass_2``;
+docs/tilelang_design.md has the measurements).
 
 Why a log-probability of -1000 stays finite: log(softmax(x)) would first form
 exp(-1000), which float32 cannot hold (anything below about -104 rounds to 0),
