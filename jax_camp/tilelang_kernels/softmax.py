@@ -26,11 +26,11 @@ the current one, so the loads of one row overlap the reductions of the last.
 Rows held over a cluster (softmax's and log_softmax's aligned rows of up to
 262144, with where= too but for log_softmax's in float32, on GPUs with
 thread-block clusters; the mask's part loads beside x's). A row too long for
-one block is split into parts of 32768 columns, one a block of a cluster, each held as a
-resident tile: its own max m and sum s, exchanged with the cluster's other
-blocks through distributed shared memory (``share_over_cluster``), give every
-block the row's M and S, and its exponentials are rescaled by exp(m - M). x is
-read once. The cluster's blocks take their rows in turn, each block's part of
+one block is split into parts of 32768 columns, one a block of a cluster, each
+held as a resident tile: its own max m and sum s, exchanged with the cluster's
+other blocks through distributed shared memory (``share_over_cluster``), give
+every block the row's M and S, and its exponentials are rescaled by
+exp(m - M). x is read once. The cluster's blocks take their rows in turn, each block's part of
 the next row loading while the cluster pools this one's: as many rows as make
 the grid one wave of the clusters the GPU holds at once, since a cluster that
 starts only when another ends leaves SMs idle.
