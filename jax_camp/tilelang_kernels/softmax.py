@@ -30,10 +30,10 @@ one block is split into parts of 32768 columns, one a block of a cluster, each
 held as a resident tile: its own max m and sum s, exchanged with the cluster's
 other blocks through distributed shared memory (``share_over_cluster``), give
 every block the row's M and S, and its exponentials are rescaled by
-exp(m - M). x is read once. The cluster's blocks take their rows in turn, each block's part of
-the next row loading while the cluster pools this one's: as many rows as make
-the grid one wave of the clusters the GPU holds at once, since a cluster that
-starts only when another ends leaves SMs idle.
+exp(m - M). x is read once. The cluster's blocks take their rows in turn, each
+block's part of the next row loading while the cluster pools this one's: as
+many rows as make the grid one wave of the clusters the GPU holds at once,
+since a cluster that starts only when another ends leaves SMs idle.
 
 Streamed rows (longer, or short and unaligned), online softmax. Pass 1 reads
 the row tile by tile and keeps a rolling log-sum-exp as two numbers: ``m``,
