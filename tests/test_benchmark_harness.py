@@ -211,6 +211,21 @@ def test_impossible_measurements_are_reported_invalid(capsys) -> None:
     assert all(cells[name] in ("", "-") for name in ("±%", "TB/s", "%ceil", "vs xla [range]", "dev us"))
 
 
+def test_the_floor_is_the_fastest_sample(monkeypatch) -> None:
+    """A busy host slows some samples of the cheapest call; a floor read from them would flag
+    honest figures below it as impossible, so it is the fastest one."""
+    samples = iter([40e-6, 8e-6, 45e-6, 41e-6, 9e-6])
+
+    class Prepared:
+        def sample(self) -> float:
+            return next(samples)
+
+    monkeypatch.setattr(timing, "prepare", lambda *args: Prepared())
+    settings = timing.Settings(repeats=5, sample_s=1e-3, min_calls=1, max_calls=8, cache_bytes=0,
+                               max_sets=1, ceiling_bytes=0, keep_outputs=True, device_time=False)
+    assert timing.dispatch_floor(settings) == 8e-6
+
+
 def test_the_tie_rule() -> None:
     limits = verdict.Limits(1e-6, 1e12)
 
