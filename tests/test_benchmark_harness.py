@@ -4,6 +4,7 @@ rule, and its test mode catching a wrong result."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import re
@@ -221,9 +222,7 @@ def test_the_floor_is_the_fastest_sample(monkeypatch) -> None:
             return next(samples)
 
     monkeypatch.setattr(timing, "prepare", lambda *args: Prepared())
-    settings = timing.Settings(repeats=5, sample_s=1e-3, min_calls=1, max_calls=8, cache_bytes=0,
-                               max_sets=1, ceiling_bytes=0, keep_outputs=True, device_time=False)
-    assert timing.dispatch_floor(settings) == 8e-6
+    assert timing.dispatch_floor(dataclasses.replace(timing.CPU_SETTINGS, repeats=5)) == 8e-6
 
 
 def test_the_tie_rule() -> None:
