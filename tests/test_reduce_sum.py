@@ -30,6 +30,10 @@ SHAPES = [
     (301, 3840), (5, 8192),
     # More rows than a grid's teams (8 waves of resident blocks): each takes its rows in turn.
     (600_000, 5),
+    # Rows as wide as their TileLang tile, whose kernels are compiled for that width
+    # (_rows.with_exact_width), and rows a little short of a tile that is filled above.
+    (3, 512), (3, 2048), (3, 4096), (3, 8192), (16, 120), (3, 200), (5, 1000), (3, 7000),
+    (3, 16_000),
 ]
 # Unaligned rows of a million: streamed in scalars (test_long_rows).
 LONG_ROWS = (2, 1_000_003)

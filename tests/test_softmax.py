@@ -30,15 +30,20 @@ SHAPES = [
     (2, 70_001), (3, 3001), (3, 9001), (3, 17_001), (40, 150_000), (24, 300_000),
     (4096, 64), (4096, 127), (4096, 128), (4096, 255), (1024, 1024), (4096, 1536),
     (600_000, 5),
+    # Rows as wide as their tile, or their cluster's parts, whose kernels are compiled for that
+    # width (_rows.with_exact_width), and rows a little short of a tile that is filled above.
+    (3, 512), (3, 2048), (3, 4096), (3, 8192), (3, 16_384), (3, 32_768), (2, 65_536), (2, 131_072),
+    (2, 262_144), (16, 120), (3, 200), (5, 1000),
 ]
 # Unaligned rows longer than a cluster holds, streamed in scalars (test_long_rows).
 LONG_ROWS = (2, 1_000_003)
 # Rows many and long enough that the TileLang forwards' blocks of 1024 threads take 16 row
 # groups in turn (_rows.row_tile), the last block's groups past the last row (test_row_groups).
-ROW_GROUP_SHAPES = [(2053, 9000), (2050, 17_000)]
+ROW_GROUP_SHAPES = [(2053, 9000), (2050, 17_000), (2050, 16_384), (2050, 32_768)]
 # Rows held over clusters of 2, 4 and 8 blocks taking 16 rows in turn on the H200 (the compile
 # test's tiles), the last cluster's past the end, the last part short; or one, as (2, 200_000).
-CLUSTER_GROUP_SHAPES = [(1030, 49_160), (470, 98_312), (230, 196_616), (6, 49_160), (6, 98_312)]
+CLUSTER_GROUP_SHAPES = [(1030, 49_160), (470, 98_312), (230, 196_616), (6, 49_160), (6, 98_312),
+                        (1030, 65_536), (470, 131_072), (230, 262_144)]
 
 
 @pytest.mark.parametrize("kernel", ["softmax", "softmax_masked", "softmax_backward"])

@@ -39,7 +39,7 @@ from helpers import progress  # noqa: E402
 from jax_camp.ops._spec import SUPPORTED_DTYPES  # noqa: E402
 from jax_camp.tilelang_kernels import bridge  # noqa: E402
 from jax_camp.tilelang_kernels._rows import (  # noqa: E402
-    CLUSTER_KERNELS, MAX_THREADS, RowTile, all_tiles, long_row_tile, prefetch_stages,
+    CLUSTER_KERNELS, MAX_THREADS, RowTile, all_tiles, prefetch_stages, row_tile,
     vector_elements,
 )
 from jax_camp.tilelang_kernels.softmax import reads_again_for_pass_2  # noqa: E402
@@ -112,10 +112,12 @@ def _x_loads(source: str, buf: str = "X") -> int:
 
 
 def _mask_loads(source: str, dtype: str) -> int:
-    """The places ``source`` reads a vector's worth of mask bytes, straight or by cp.async."""
+    """The places ``source`` reads a vector's worth of mask bytes, straight or by cp.async; or,
+    by cp.async, 16 of them, as a kernel compiled for its rows' width (``RowTile.exact``) may."""
     width = vector_elements(dtype)
     return (len(re.findall(LOAD_MASK.format(types=MASK_VECTOR[width]), source))
-            + len(re.findall(ASYNC_LOAD.format(size=width, buf="Mask"), source)))
+            + len(re.findall(ASYNC_LOAD.format(size=width, buf="Mask"), source))
+            + len(re.findall(ASYNC_LOAD.format(size=16, buf="Mask"), source)))
 
 
 def _bodies(op: str, dtype: str, tile: RowTile) -> int:
@@ -190,7 +192,8 @@ LOAD_MASK = r"= \*\((?:{types})\*\)\((?:\(\(u?char\*\)Mask\)|Mask) \+"
 @pytest.mark.parametrize("op, dtype, tile", MASKED_ROW_CASES, ids=map(_case_id, MASKED_ROW_CASES))
 def test_aligned_masked_kernels_load_the_mask_in_vectors(sources, op: str, dtype: str, tile: RowTile) -> None:
     """The mask comes in with x's vectors: 4 bytes a load beside a float32 vector, 8 beside a
-    16-bit one, never a byte at a time."""
+    16-bit one (16 a cp.async where the kernel knows its rows' width), never a byte at a
+    time."""
     source = sources[(op, dtype, tile)].result()
     width = vector_elements(dtype)
     assert _mask_loads(source, dtype), (
@@ -311,13 +314,15 @@ def test_row_groups_come_in_through_shared_memory_asynchronously(
         assert bool(re.search(ASYNC_LOAD.format(size=16, buf=buf), source)) == staged, source
         assert bool(re.search(LOAD_128.format(buf=buf), source)) != staged, source
     if op in MASKED_OPS:
-        assert re.search(ASYNC_LOAD.format(size=vector_elements(dtype), buf="Mask"), source), source
+        widths = (vector_elements(dtype), 16) if tile.exact else (vector_elements(dtype),)
+        assert any(re.search(ASYNC_LOAD.format(size=width, buf="Mask"), source)
+                   for width in widths), source
 
 
 def test_unaligned_rows_compile_to_a_different_kernel(sources) -> None:
     """The aligned variant really is one: T.assume changes the generated code."""
-    general = sources[("reduce_sum", "float16", long_row_tile("float16", False))].result()
-    aligned = sources[("reduce_sum", "float16", long_row_tile("float16", True))].result()
+    general = sources[("reduce_sum", "float16", row_tile(40_001, "float16", "reduce_sum"))].result()
+    aligned = sources[("reduce_sum", "float16", row_tile(40_000, "float16", "reduce_sum"))].result()
     assert general != aligned
     assert re.search(LOAD_128.format(buf="X"), aligned)
     assert not re.search(LOAD_128.format(buf="X"), general)

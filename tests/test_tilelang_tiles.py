@@ -17,7 +17,7 @@ from jax_camp.tilelang_kernels._rows import (
     CLUSTER_KERNELS, ITEMSIZE, MAX_THREADS, MIN_RESIDENT_COLS, ROW_GROUPS, SHARED_MEMORY_BYTES,
     RowTile, all_tiles, cluster_tile, is_aligned, long_row_blocks_per_sm, long_row_tile,
     long_row_vectors, prefetch_stages, resident_limit, resident_tile, row_tile,
-    short_unaligned_tile, thread_and_slot, vector_elements, wave_row_groups,
+    short_unaligned_tile, thread_and_slot, vector_elements, wave_row_groups, with_exact_width,
 )
 
 DTYPES = tuple(dtype.name for dtype in SUPPORTED_DTYPES)
@@ -62,12 +62,35 @@ def test_row_groups_need_rows_to_fill_the_blocks(dtype: str, op: str) -> None:
             break
         grouped = single._replace(row_groups=ROW_GROUPS)
         if grouped not in tiles:
-            assert row_tile(cols, dtype, op, 1 << 20) == single
+            assert row_tile(cols - 8, dtype, op, 1 << 20) == single
             continue
         assert single.threads == MAX_THREADS and single.rows == 1
         assert prefetch_stages(grouped, dtype, op) * cols * staged <= SHARED_MEMORY_BYTES
-        assert row_tile(cols, dtype, op, ROW_GROUPS * 128 - 1) == single
+        assert row_tile(cols - 8, dtype, op, ROW_GROUPS * 128 - 1) == single
         assert row_tile(cols - 8, dtype, op, ROW_GROUPS * 128) == grouped
+
+
+@pytest.mark.parametrize("op", ROW_OPS)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_that_fill_their_tile_take_its_exact_width(dtype: str, op: str) -> None:
+    """A resident row as wide as its tile, and a row held over a cluster to its last part's last
+    column, take the tile compiled for that width; a row a vector short, and every streamed
+    row, the tile that checks its columns against the row's end. Every tile a row can fill
+    comes in both (all_tiles)."""
+    vec = vector_elements(dtype)
+    h200 = H200_RESIDENT_CLUSTERS
+    for cols in (*(2 ** k for k in range(7, 19)), 49_152, 196_608):
+        for rows in (1, 4096):
+            filled = row_tile(cols, dtype, op, rows, h200)
+            short = row_tile(cols - vec, dtype, op, rows, h200)
+            assert filled.exact == (filled.resident and cols == filled.cols * filled.cluster)
+            assert not short.exact
+            if filled.resident and short.resident and short.cluster == filled.cluster:
+                assert short == filled._replace(exact=False)
+    tiles = all_tiles(dtype, op)
+    whole = {tile for tile in tiles if tile.resident and not tile.exact}
+    assert {tile for tile in tiles if tile.exact} == {t._replace(exact=True) for t in whole}
+    assert with_exact_width(long_row_tile(dtype, True), 4096).exact is False
 
 
 @pytest.mark.parametrize("op", ROW_OPS)
@@ -106,8 +129,9 @@ def test_long_aligned_rows_are_held_over_a_cluster_where_it_gains(dtype: str, op
                     or (op == "log_softmax_masked" and dtype != "float32")
                     or (op, dtype) == ("softmax_backward", "float32"))
     clustered = {tile for tile in all_tiles(dtype, op) if tile.cluster > 1}
-    assert clustered == ({cluster_tile(dtype, blocks, groups) for blocks in (2, 4, 8)
-                          for groups in (1, ROW_GROUPS)} if held else set())
+    assert clustered == ({cluster_tile(dtype, blocks, groups)._replace(exact=exact)
+                          for blocks in (2, 4, 8) for groups in (1, ROW_GROUPS)
+                          for exact in (False, True)} if held else set())
     vec = vector_elements(dtype)
     h200 = H200_RESIDENT_CLUSTERS
     for n, blocks in ((49_152, 2), (65_536, 2), (98_304, 4), (131_072, 4), (196_608, 8),
@@ -120,7 +144,7 @@ def test_long_aligned_rows_are_held_over_a_cluster_where_it_gains(dtype: str, op
         for rows in (1, h200[blocks], h200[blocks] + 1, 4096):
             groups = wave_row_groups(rows, h200[blocks])
             expected = cluster_tile(dtype, blocks, groups) if held else streamed
-            assert row_tile(n, dtype, op, rows, h200) == expected
+            assert row_tile(n, dtype, op, rows, h200) == with_exact_width(expected, n)
         assert row_tile(n - 1, dtype, op, 1 << 20, h200).cluster == 1  # unaligned
         if n == 3 * blocks * 32_768 // 4:  # the parts short of 3/4 full
             assert row_tile(n - vec, dtype, op, 1 << 20, h200).cluster == 1
@@ -147,18 +171,18 @@ def test_a_cluster_tile_takes_the_rows_of_one_wave() -> None:
 @pytest.mark.parametrize("op", ROW_OPS)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_long_16_bit_rows_take_two_blocks_an_sm_unless_l2_keeps_them(dtype: str, op: str) -> None:
-    """Long 16-bit rows are walked by two blocks an SM in softmax's, log_softmax's and softmax's
-    backward's kernels (one vector a thread a tile rather than two) and in the masked forwards'
-    (aligned rows, compiled for two blocks), but for rows of more than 96 KB and at most 192 KB,
-    which keep two vectors and one block, as every other kernel and dtype does: docs/tilelang.md's
-    table."""
+    """Long 16-bit rows are walked by two blocks an SM in softmax's, log_softmax's, softmax's
+    backward's and reduce_sum's kernels (one vector a thread a tile rather than two) and in the
+    masked forwards' (aligned rows, compiled for two blocks), but for rows of more than 96 KB and
+    at most 192 KB, which keep two vectors and one block, as every other kernel and dtype does,
+    but in reduce_sum, which reads a row once: docs/tilelang.md's table."""
     sixteen_bit = ITEMSIZE[dtype] == 2
-    one_vector = op in ("softmax", "log_softmax", "softmax_backward") and sixteen_bit
+    one_vector = op in ("softmax", "log_softmax", "softmax_backward", "reduce_sum") and sixteen_bit
     two_blocks = op in ("softmax_masked", "log_softmax_masked") and sixteen_bit
     kb = 512  # 16-bit elements in a KB; every n below is past every resident limit
     for n, kept_in_l2 in ((40_000, False), (96 * kb, False), (96 * kb + 8, True),
                           (192 * kb, True), (192 * kb + 8, False), (1 << 20, False)):
-        vectors = 1 if one_vector and not kept_in_l2 else 2
+        vectors = 1 if one_vector and not (kept_in_l2 and op != "reduce_sum") else 2
         blocks = 2 if two_blocks and not kept_in_l2 else 1
         assert row_tile(n, dtype, op) == long_row_tile(dtype, True, vectors, blocks), n
         assert row_tile(n - 1, dtype, op) == long_row_tile(dtype, False, vectors)  # unaligned

@@ -33,7 +33,7 @@ from tvm import tirx
 from jax_camp.tilelang_kernels._cluster import start_cluster, sum_over_cluster
 from jax_camp.tilelang_kernels._compensated import add_compensated, fold_compensation
 from jax_camp.tilelang_kernels._rows import (
-    ACCUM, RowTile, column_tiles, row_layout, row_tiles, vector_elements,
+    ACCUM, RowTile, column_tiles, row_extents, row_layout, row_tiles, vector_elements,
 )
 
 
@@ -53,7 +53,7 @@ def reduce_then_write_program(name: str, dtype: str, tile: RowTile, term, output
     rows, cols = tile.rows, tile.cols
     groups, blocks = tile.row_groups, tile.cluster
     vec = vector_elements(dtype)
-    m_, n = T.dynamic("M N", "int64")
+    m_, n = row_extents(tile)
     layout = row_layout(tile, dtype)
 
     # One group of ``rows`` rows from row0 on: the row sum, then the outputs. A block of a

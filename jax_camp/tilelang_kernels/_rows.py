@@ -25,6 +25,11 @@ is one compile, which serves every N it is picked for:
   (``wave_row_groups``). Only where the parts are mostly full.
 - **Short unaligned** rows: 4 rows a block of 128 threads, a warp a row, walked in tiles of a
   warp's 32 lanes x 2 vectors, with element-wise loads.
+- **Exact width**: a resident tile as wide as its rows, or a cluster whose parts end where its
+  rows do, is compiled for that width (``with_exact_width``, ``row_extents``). Any other tile
+  takes N as a TileLang dynamic size, so one compile serves every N it is picked for, and
+  checks each column against the row's end: a compare and a select a value, which TileLang
+  drops where it knows N.
 
 The resident limit (``resident_limit``) is RESIDENT_LIMIT for most kernels. The unmasked
 forwards, softmax and log_softmax, hold nothing of a row beside its values, so rows of up to
@@ -69,8 +74,12 @@ LONG_ROW_THREADS = 512
 # fewer registers, so two blocks share an SM (three in softmax's backward) and hide more of the
 # memory's latency. But for rows of ROW_BYTES_KEPT_IN_L2 bytes (more than the first, at most
 # the second), where the rows in flight of one block an SM stay in L2 for pass 2's re-read and
-# those of two blocks do not. The float32 tiles and the other kernels keep two vectors.
-ONE_VECTOR_KERNELS = ("softmax", "log_softmax", "softmax_backward")
+# those of two blocks do not. reduce_sum reads a row once, so nothing of it is read again from
+# L2, and its 16-bit tile, which holds the tiles added since its last compensation beside its
+# running sums, takes one vector at every length (READ_ONCE_KERNELS): with two, one block an SM.
+# The float32 tiles and the other kernels keep two vectors.
+ONE_VECTOR_KERNELS = ("softmax", "log_softmax", "softmax_backward", "reduce_sum")
+READ_ONCE_KERNELS = ("reduce_sum",)
 ROW_BYTES_KEPT_IN_L2 = (96 * 1024, 192 * 1024)
 # Long aligned 16-bit rows in these kernels keep two vectors a thread a tile, but ptxas is asked
 # to fit two blocks an SM (RowTile.blocks_per_sm): left alone it gives their tile a few registers
@@ -153,6 +162,9 @@ class RowTile(NamedTuple):
     cluster: int = 1
     # ptxas caps a thread's registers so that this many blocks fit an SM (streamed only).
     blocks_per_sm: int = 1
+    # Every row is exactly ``cols`` x ``cluster`` wide, a width compiled into the kernel, so that
+    # no column is checked against the row's end (resident only; ``with_exact_width``).
+    exact: bool = False
 
     @property
     def name(self) -> str:
@@ -162,7 +174,9 @@ class RowTile(NamedTuple):
         groups = f"_{self.row_groups}groups" if self.row_groups > 1 else ""
         cluster = f"_cluster{self.cluster}" if self.cluster > 1 else ""
         per_sm = f"_{self.blocks_per_sm}blocks_per_sm" if self.blocks_per_sm > 1 else ""
-        return f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}{cluster}{groups}{per_sm}"
+        exact = "_exact" if self.exact else ""
+        return (f"{kind}_{self.rows}x{self.cols}_{self.threads}t{alignment}{cluster}{groups}"
+                f"{per_sm}{exact}")
 
     @property
     def values_per_thread(self) -> int:
@@ -201,8 +215,17 @@ def kept_in_l2(n: int, dtype: str) -> bool:
 
 def long_row_vectors(n: int, dtype: str, op: str) -> int:
     """The vectors a thread takes a tile of a long row of ``n`` elements in ``op``'s kernel:
-    one where ``takes_one_vector`` and the row is outside ROW_BYTES_KEPT_IN_L2, else two."""
-    return 1 if takes_one_vector(op, dtype) and not kept_in_l2(n, dtype) else 2
+    one where ``takes_one_vector`` and the row is outside ROW_BYTES_KEPT_IN_L2 or read once
+    (READ_ONCE_KERNELS), else two."""
+    read_again_from_l2 = kept_in_l2(n, dtype) and op not in READ_ONCE_KERNELS
+    return 1 if takes_one_vector(op, dtype) and not read_again_from_l2 else 2
+
+
+def long_row_vector_counts(op: str, dtype: str) -> tuple[int, ...]:
+    """Every count ``long_row_vectors`` gives ``op``'s kernel in ``dtype``."""
+    if not takes_one_vector(op, dtype):
+        return (2,)
+    return (1,) if op in READ_ONCE_KERNELS else (2, 1)
 
 
 def long_row_blocks_per_sm(n: int, dtype: str, op: str) -> int:
@@ -302,6 +325,12 @@ def cluster_tile(dtype: str, blocks: int, row_groups: int = ROW_GROUPS) -> RowTi
         threads=CLUSTER_PART_THREADS[dtype], cluster=blocks, row_groups=row_groups)
 
 
+def with_exact_width(tile: RowTile, n: int) -> RowTile:
+    """``tile`` compiled for rows of exactly ``n`` elements where they fill it: a resident
+    tile as wide as the row, or a cluster's parts covering it to its last column."""
+    return tile._replace(exact=True) if tile.resident and n == tile.cols * tile.cluster else tile
+
+
 def row_tile(n: int, dtype: str, op: str, row_count: int = 1,
              clusters: Mapping[int, int] | None = None) -> RowTile:
     """The tile of ``op``'s kernel for ``row_count`` rows of ``n`` elements of ``dtype``:
@@ -312,7 +341,8 @@ def row_tile(n: int, dtype: str, op: str, row_count: int = 1,
     blocks = cluster_blocks(n)
     resident = (clusters or {}).get(blocks, 0)
     if held_over_cluster(n, dtype, op, resident):
-        return cluster_tile(dtype, blocks, wave_row_groups(row_count, resident))
+        held = cluster_tile(dtype, blocks, wave_row_groups(row_count, resident))
+        return with_exact_width(held, n)
     if n > resident_limit(op, dtype):
         return long_row_tile(dtype, aligned, long_row_vectors(n, dtype, op),
                              long_row_blocks_per_sm(n, dtype, op))
@@ -321,8 +351,8 @@ def row_tile(n: int, dtype: str, op: str, row_count: int = 1,
     tile = resident_tile(max(MIN_RESIDENT_COLS, 1 << (n - 1).bit_length()), dtype)
     grouped = with_row_groups(tile, dtype, op)
     if grouped is not None and row_count >= tile.rows * ROW_GROUPS * ROW_GROUPS_MIN_BLOCKS:
-        return grouped
-    return tile
+        tile = grouped
+    return with_exact_width(tile, n)
 
 
 def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
@@ -330,15 +360,26 @@ def all_tiles(dtype: str, op: str) -> tuple[RowTile, ...]:
     every configuration compiles."""
     resident = [resident_tile(cols, dtype) for cols in resident_widths(op, dtype)]
     grouped = [with_row_groups(tile, dtype, op) for tile in resident]
-    vectors = (2, 1) if takes_one_vector(op, dtype) else (2,)
-    long = [long_row_tile(dtype, aligned, v) for v in vectors for aligned in (False, True)]
+    long = [long_row_tile(dtype, aligned, v) for v in long_row_vector_counts(op, dtype)
+            for aligned in (False, True)]
     long += [long_row_tile(dtype, True, blocks_per_sm=2)] if takes_two_blocks(op, dtype) else []
     # A cluster tile comes in every row-group count: one group, a program without a pipeline,
     # and ROW_GROUPS, which stands for every count of more.
     held = [cluster_tile(dtype, blocks, groups) for blocks in CLUSTER_SIZES
             for groups in (1, ROW_GROUPS) if takes_clusters(op, dtype)]
-    return (short_unaligned_tile(dtype), *long, *resident,
-            *(tile for tile in grouped if tile is not None), *held)
+    whole = [*resident, *(tile for tile in grouped if tile is not None), *held]
+    return (short_unaligned_tile(dtype), *long, *whole,
+            *(tile._replace(exact=True) for tile in whole))
+
+
+def row_extents(tile: RowTile) -> tuple:
+    """A row kernel's (M, N) by ``tile``: TileLang dynamic sizes, so that one compile serves
+    every row count and length the tile is picked for, but N where the tile is exact, the
+    width of its rows, with which TileLang proves every column inside the row and checks none."""
+    import tilelang.language as T
+
+    m = T.dynamic("M", "int64")
+    return m, tile.cols * tile.cluster if tile.exact else T.dynamic("N", "int64")
 
 
 def column_tiles(tile: RowTile, n):

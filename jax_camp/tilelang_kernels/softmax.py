@@ -121,7 +121,8 @@ from jax_camp.tilelang_kernels._cluster import gather_over_cluster, start_cluste
 from jax_camp.tilelang_kernels._compensated import add_compensated, fold_compensation
 from jax_camp.tilelang_kernels._row_derivative import reduce_then_write_program
 from jax_camp.tilelang_kernels._rows import (
-    ACCUM, RowTile, column_tiles, prefetch_stages, row_layout, row_tiles, vector_elements,
+    ACCUM, RowTile, column_tiles, prefetch_stages, row_extents, row_layout, row_tiles,
+    vector_elements,
 )
 
 
@@ -219,7 +220,7 @@ def row_softmax_program(
     reread_mask = masked and reads_again
     groups = tile.row_groups
     vec = vector_elements(dtype)
-    m_, n = T.dynamic("M N", "int64")
+    m_, n = row_extents(tile)
     neg_inf = -T.infinity(ACCUM)
     layout = row_layout(tile, dtype)
 
